@@ -1,0 +1,31 @@
+/**
+ * Child-process entry: runs ONE workload for ONE contender on ONE fresh
+ * database file, then prints a single `RESULT {json}` line and exits.
+ *
+ *   node --import tsx bench/child.ts <contender> <workload> <dbfile> <sizes-json>
+ */
+import { contenders } from "./contenders/index.js"
+import type { ChildResult, Sizes, WorkloadId } from "./workloads.js"
+
+const [name, workload, file, sizesJson] = process.argv.slice(2)
+if (!name || !workload || !file || !sizesJson) {
+  console.error("usage: child.ts <contender> <workload> <dbfile> <sizes-json>")
+  process.exit(2)
+}
+const contender = contenders.find((c) => c.name === name)
+if (!contender) {
+  console.error(`unknown contender ${name}`)
+  process.exit(2)
+}
+
+try {
+  const sizes = JSON.parse(sizesJson) as Sizes
+  const result = await contender.run(workload as WorkloadId, { file, sizes })
+  const out: ChildResult = { ...result, maxRssMB: process.resourceUsage().maxRSS / 1024 }
+  process.stdout.write(`RESULT ${JSON.stringify(out)}\n`)
+  // Some libraries keep timers/fibers around; the measurement is done.
+  process.exit(0)
+} catch (e) {
+  console.error(e instanceof Error ? (e.stack ?? e.message) : String(e))
+  process.exit(1)
+}

@@ -1,0 +1,456 @@
+/**
+ * Benchmark orchestrator (issue 5): `npm run bench`.
+ *
+ * Runs every (workload × contender) in interleaved rounds; every run is a
+ * fresh child process (bench/child.ts) on a fresh WAL database file in
+ * os.tmpdir(). Prints medians, min–max and paired ratios against the raw
+ * better-sqlite3 baseline, and writes docs/benchmarks.md +
+ * docs/benchmarks-ratios.svg.
+ *
+ * Environment:
+ *   BENCH_REPS=n          rounds (default 5; 2 with BENCH_QUICK)
+ *   BENCH_QUICK=1         small sizes, for a smoke run
+ *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline)
+ *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added)
+ *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
+ *                         (default: docs/ for a full unfiltered run, else a tmp dir)
+ *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
+ */
+import { spawn, spawnSync } from "node:child_process"
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import os from "node:os"
+import path from "node:path"
+import { fileURLToPath } from "node:url"
+import { contenders as allContenders } from "./contenders/index.js"
+import type { Cell, Sample } from "./report.js"
+import {
+  buildCell,
+  fmtOps,
+  fmtRange,
+  fmtRatio,
+  fmtSpread,
+  fmtUs,
+  mdTable,
+  pairedUsRatio,
+  ratiosSvg,
+  sizeNote,
+  textTable,
+  usSpread
+} from "./report.js"
+import type { ChildResult, Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
+import { FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
+
+const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url))
+const ROOT = path.resolve(BENCH_DIR, "..")
+const env = process.env
+const QUICK = env.BENCH_QUICK === "1"
+const REPS = Number(env.BENCH_REPS ?? (QUICK ? 2 : 5))
+const TIMEOUT_MS = Number(env.BENCH_TIMEOUT_S ?? 300) * 1000
+const BASE: Sizes = QUICK ? QUICK_SIZES : FULL_SIZES
+const only = (v: string | undefined) => (v ? new Set(v.split(",").map((s) => s.trim()).filter(Boolean)) : undefined)
+const ONLY_CONTENDERS = only(env.BENCH_CONTENDERS)
+const ONLY_WORKLOADS = only(env.BENCH_WORKLOADS)
+const FILTERED = ONLY_CONTENDERS !== undefined || ONLY_WORKLOADS !== undefined
+
+if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`BENCH_REPS must be a positive integer, got ${env.BENCH_REPS}`)
+
+/**
+ * Slow peers are scaled down so the whole run stays under 10 minutes on a
+ * 2-core machine; per-op figures stay comparable, and the Markdown says so.
+ * Their claim is O(pending) (no index serves their ORDER BY), so at 1M pending
+ * a single claim costs a full scan.
+ */
+const PEER_SCALE: Record<string, Partial<Record<WorkloadId, Partial<Sizes>>>> = QUICK
+  ? {
+    "effect-pq": { "claim-1m": { claimOps: 20 } },
+    liteque: { "claim-1m": { claimOps: 20 } }
+  }
+  : {
+    "effect-pq": {
+      "drain-1": { drainJobs: 5_000 },
+      "drain-batch100": { drainJobs: 5_000 },
+      "claim-1k": { claimOps: 1_000 },
+      "claim-dead100k": { claimOps: 1_000 },
+      "claim-1m": { claimOps: 20 }
+    },
+    liteque: {
+      "drain-1": { drainJobs: 5_000 },
+      "drain-1-process": { drainJobs: 5_000 },
+      "claim-1k": { claimOps: 1_000 },
+      "claim-dead100k": { claimOps: 1_000 },
+      "claim-1m": { claimOps: 20 }
+    }
+  }
+
+const sizesFor = (c: Contender, w: WorkloadId): Sizes => ({
+  ...BASE,
+  ...c.scale?.[w],
+  ...PEER_SCALE[c.name]?.[w]
+})
+
+// ---------- dependencies of the bench (installed on demand) ----------
+
+const npmInstall = (prefix: string): string | undefined => {
+  console.log(`installing bench dependencies: npm install --prefix ${path.relative(ROOT, prefix)} …`)
+  const r = spawnSync("npm", ["install", "--prefix", prefix, "--no-audit", "--no-fund"], {
+    cwd: ROOT,
+    stdio: ["ignore", "inherit", "inherit"]
+  })
+  return r.status === 0 ? undefined : `npm install --prefix ${path.relative(ROOT, prefix)} failed (exit ${r.status})`
+}
+
+const ensureDeps = (): Map<string, string> => {
+  const unavailable = new Map<string, string>()
+  if (!existsSync(path.join(BENCH_DIR, "node_modules/plainjob/package.json"))) {
+    const err = npmInstall(BENCH_DIR)
+    if (err) unavailable.set("plainjob", err)
+  }
+  const litequeDir = path.join(BENCH_DIR, "peers/liteque")
+  const litequeReady = existsSync(path.join(litequeDir, "node_modules/liteque/package.json")) &&
+    existsSync(path.join(litequeDir, "node_modules/better-sqlite3/build/Release/better_sqlite3.node"))
+  if (!litequeReady) {
+    console.log("(liteque needs its own better-sqlite3 11.x, built from source: about a minute)")
+    const err = npmInstall(litequeDir)
+    if (err) unavailable.set("liteque", err)
+  }
+  if (!existsSync(path.join(ROOT, "src/index.ts"))) unavailable.set("alkstore", "src/index.ts does not exist yet")
+  return unavailable
+}
+
+// ---------- children ----------
+
+const dbFiles = (file: string) => [file, `${file}-wal`, `${file}-shm`, `${file}-journal`]
+
+const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number): Promise<Sample> =>
+  new Promise((resolve) => {
+    const file = path.join(os.tmpdir(), `alkstore-bench-${process.pid}-${c.name}-${w}-${round}-${Date.now()}.db`)
+    for (const f of dbFiles(file)) rmSync(f, { force: true })
+    const t0 = performance.now()
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", path.join(BENCH_DIR, "child.ts"), c.name, w, file, JSON.stringify(sizes)],
+      { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] }
+    )
+    let out = ""
+    let err = ""
+    child.stdout.on("data", (d) => (out += d))
+    child.stderr.on("data", (d) => (err += d))
+    const timer = setTimeout(() => child.kill("SIGKILL"), TIMEOUT_MS)
+    child.on("close", (code, signal) => {
+      clearTimeout(timer)
+      for (const f of dbFiles(file)) rmSync(f, { force: true })
+      const wallMs = performance.now() - t0
+      const line = out.split("\n").find((l) => l.startsWith("RESULT "))
+      const base = { round, contender: c.name, workload: w, wallMs }
+      if (code === 0 && line) {
+        const r = JSON.parse(line.slice(7)) as ChildResult
+        resolve({
+          ...base,
+          ok: true,
+          opsPerSec: (r.ops / r.ms) * 1000,
+          usPerOp: (r.ms * 1000) / r.ops,
+          maxRssMB: r.maxRssMB,
+          pragmas: r.pragmas,
+          sqliteVersion: r.sqliteVersion,
+          notes: r.notes
+        })
+      } else {
+        const why = signal === "SIGKILL"
+          ? `timed out after ${TIMEOUT_MS / 1000} s`
+          : (err.trim().split("\n").find((l) => /error/i.test(l)) ?? err.trim().split("\n")[0] ?? `exit ${code}`)
+        resolve({ ...base, ok: false, opsPerSec: NaN, usPerOp: NaN, maxRssMB: NaN, error: why.slice(0, 300) })
+      }
+    })
+  })
+
+// ---------- plan ----------
+
+interface Planned {
+  readonly contender: Contender
+  readonly workload: WorkloadDef
+  readonly sizes: Sizes
+  readonly na?: string
+}
+
+const main = async () => {
+  const started = performance.now()
+  const unavailable = ensureDeps()
+  const contenders = allContenders.filter((c) => !ONLY_CONTENDERS || ONLY_CONTENDERS.has(c.name) || c.name === "raw")
+  const wanted = new Set<WorkloadId>()
+  for (const w of WORKLOADS) {
+    if (ONLY_WORKLOADS && !ONLY_WORKLOADS.has(w.id)) continue
+    wanted.add(w.id)
+    wanted.add(w.rawRef)
+    if (w.id === "claim-1m" || w.id === "claim-dead100k") wanted.add("claim-1k")
+  }
+  const workloads = WORKLOADS.filter((w) => wanted.has(w.id))
+
+  const plan: Array<Planned> = []
+  for (const w of workloads) {
+    for (const c of contenders) {
+      const support = c.supports[w.id]
+      let na = support === true ? undefined : support
+      if (w.only && !w.only.includes(c.name)) na = na ?? "not measured for this contender"
+      if (na === undefined && unavailable.has(c.name)) na = unavailable.get(c.name)
+      plan.push({ contender: c, workload: w, sizes: sizesFor(c, w.id), na })
+    }
+  }
+  const runnable = plan.filter((p) => p.na === undefined)
+  console.log(
+    `alkstore bench: ${REPS} rounds × ${runnable.length} runs (${QUICK ? "QUICK sizes" : "full sizes"}), ` +
+      `contenders: ${contenders.map((c) => c.name).join(", ")}`
+  )
+
+  const samples: Array<Sample> = []
+  for (let round = 1; round <= REPS; round++) {
+    for (const w of workloads) {
+      const row = runnable.filter((p) => p.workload.id === w.id)
+      // rotate the order each round so no contender always runs first/last
+      const order = row.map((_, i) => row[(i + round - 1) % row.length])
+      for (const p of order) {
+        const s = await runChild(p.contender, w.id, p.sizes, round)
+        samples.push(s)
+        const elapsed = ((performance.now() - started) / 1000).toFixed(0)
+        console.log(
+          `[${elapsed.padStart(4)} s] round ${round}/${REPS}  ${w.id.padEnd(16)} ${p.contender.name.padEnd(10)} ` +
+            (s.ok
+              ? `${fmtOps(s.opsPerSec).padStart(8)} ops/s  ${fmtUs(s.usPerOp).padStart(9)}/op  rss ${s.maxRssMB.toFixed(0)} MB  (child ${(s.wallMs / 1000).toFixed(1)} s)`
+              : `FAILED: ${s.error}`)
+        )
+      }
+    }
+  }
+  const totalS = (performance.now() - started) / 1000
+
+  const cells: Array<Cell> = plan.map((p) => buildCell(p.contender, p.workload, p.sizes, p.na, samples))
+  const outDir = env.BENCH_OUT
+    ? path.resolve(env.BENCH_OUT)
+    : QUICK || FILTERED
+    ? path.join(os.tmpdir(), "alkstore-bench")
+    : path.join(ROOT, "docs")
+  mkdirSync(outDir, { recursive: true })
+
+  const results = resultRows(cells)
+  console.log("\n" + textTable(results.header, results.rows))
+  const flat = flatnessRows(contenders, samples)
+  console.log("\n" + textTable(flat.header, flat.rows))
+  const targets = targetRows(cells, samples)
+  console.log("\nissue-5 targets (alkstore):\n" + textTable(targets.header, targets.rows))
+
+  const svgName = "benchmarks-ratios.svg"
+  writeFileSync(path.join(outDir, svgName), ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`))
+  writeFileSync(path.join(outDir, "benchmarks.md"), markdown(cells, samples, contenders, unavailable, totalS, svgName))
+  console.log(`\nwrote ${path.join(outDir, "benchmarks.md")} and ${svgName} (total ${totalS.toFixed(0)} s)`)
+}
+
+// ---------- tables ----------
+
+const resultRows = (cells: ReadonlyArray<Cell>) => {
+  const header = ["workload", "contender", "median ops/s", "min–max ops/s", "ratio vs raw", "ratio min–max", "notes"]
+  const rows = cells.map((c) => {
+    const notes = [
+      c.na ? `n/a: ${c.na}` : "",
+      sizeNote(c, BASE) ? `scaled: ${sizeNote(c, BASE)}` : "",
+      c.errors.length ? `FAILED ${c.samples.filter((s) => !s.ok).length}/${c.samples.length}: ${c.errors.join("; ")}` : "",
+      c.workload.id === "memory-1m" && c.rss ? `peak RSS ${c.rss.median.toFixed(0)} MB (${fmtRange(c.rss, (x) => x.toFixed(0))})` : "",
+      [...new Set(c.samples.flatMap((s) => s.notes ?? []))].join("; ")
+    ].filter(Boolean).join("; ")
+    const baseline = c.contender.name === "raw" && c.workload.rawRef === c.workload.id
+    return [
+      c.workload.title,
+      c.contender.name,
+      c.na ? "n/a" : fmtSpread(c.throughput, fmtOps),
+      c.na ? "" : fmtRange(c.throughput, fmtOps),
+      c.na ? "" : baseline ? "1 (baseline)" : fmtSpread(c.ratio, fmtRatio, "×"),
+      c.na || baseline ? "" : fmtRange(c.ratio, fmtRatio),
+      notes
+    ]
+  })
+  return { header, rows }
+}
+
+const flatnessRows = (contenders: ReadonlyArray<Contender>, samples: ReadonlyArray<Sample>) => {
+  const header = [
+    "contender",
+    "µs/claim+ack @1k",
+    "@1M",
+    "@1k + dead",
+    "@1M ÷ @1k (paired)",
+    "min–max",
+    "dead ÷ @1k (paired)",
+    "min–max"
+  ]
+  const rows = contenders.map((c) => {
+    const r1m = pairedUsRatio(samples, c.name, "claim-1m", "claim-1k")
+    const rdead = pairedUsRatio(samples, c.name, "claim-dead100k", "claim-1k")
+    return [
+      c.name,
+      fmtSpread(usSpread(samples, c.name, "claim-1k"), fmtUs),
+      fmtSpread(usSpread(samples, c.name, "claim-1m"), fmtUs),
+      fmtSpread(usSpread(samples, c.name, "claim-dead100k"), fmtUs),
+      fmtSpread(r1m, fmtRatio, "×"),
+      fmtRange(r1m, fmtRatio),
+      fmtSpread(rdead, fmtRatio, "×"),
+      fmtRange(rdead, fmtRatio)
+    ]
+  })
+  return { header, rows }
+}
+
+const targetRows = (cells: ReadonlyArray<Cell>, samples: ReadonlyArray<Sample>) => {
+  const ratioOf = (w: WorkloadId) => cells.find((c) => c.contender.name === "alkstore" && c.workload.id === w)?.ratio
+  const verdict = (x: number | undefined, ok: (x: number) => boolean) => (x === undefined ? "not measured" : ok(x) ? "PASS" : "FAIL")
+  const targets: Array<[string, string, number | undefined, (x: number) => boolean, string]> = [
+    ["enqueue, 1 job / tx", "≥ 0.8× raw", ratioOf("enqueue-1tx")?.median, (x) => x >= 0.8, fmtRange(ratioOf("enqueue-1tx"), fmtRatio)],
+    ["enqueue, 100 jobs / tx (withTransaction)", "≥ 0.8× raw", ratioOf("enqueue-100tx")?.median, (x) => x >= 0.8, fmtRange(ratioOf("enqueue-100tx"), fmtRatio)],
+    ["  (info) enqueueBatch(100)", "≥ 0.8× raw 100/tx", ratioOf("enqueue-batch100")?.median, (x) => x >= 0.8, fmtRange(ratioOf("enqueue-batch100"), fmtRatio)],
+    ["one-by-one drain (claim→ack loop)", "≥ 1.0× raw", ratioOf("drain-1")?.median, (x) => x >= 1.0, fmtRange(ratioOf("drain-1"), fmtRatio)],
+    ["one-by-one drain (process, concurrency 1)", "≥ 1.0× raw", ratioOf("drain-1-process")?.median, (x) => x >= 1.0, fmtRange(ratioOf("drain-1-process"), fmtRatio)],
+    ["batched drain (claimBatch 100)", "≥ 0.5× raw batched", ratioOf("drain-batch100")?.median, (x) => x >= 0.5, fmtRange(ratioOf("drain-batch100"), fmtRatio)],
+    ["  (info) stream, batch 100", "≥ 0.5× raw batched", ratioOf("drain-stream100")?.median, (x) => x >= 0.5, fmtRange(ratioOf("drain-stream100"), fmtRatio)]
+  ]
+  const flat = pairedUsRatio(samples, "alkstore", "claim-1m", "claim-1k")
+  targets.push(["claim@1M ÷ claim@1k", "≤ 1.2×", flat?.median, (x) => x <= 1.2, fmtRange(flat, fmtRatio)])
+  const dead = pairedUsRatio(samples, "alkstore", "claim-dead100k", "claim-1k")
+  targets.push(["  (info) claim@1k+100k dead ÷ claim@1k", "≤ 1.2×", dead?.median, (x) => x <= 1.2, fmtRange(dead, fmtRatio)])
+  return {
+    header: ["target", "goal", "measured (median)", "min–max", "verdict"],
+    rows: targets.map(([name, goal, x, ok, range]) => [name, goal, x === undefined ? "—" : `${fmtRatio(x)}×`, range, verdict(x, ok)])
+  }
+}
+
+// ---------- markdown ----------
+
+const pkgVersion = (rel: string): string | undefined => {
+  try {
+    const pj = JSON.parse(readFileSync(path.join(ROOT, rel), "utf8")) as { name: string; version: string }
+    return `${pj.name}@${pj.version}`
+  } catch {
+    return undefined
+  }
+}
+
+const markdown = (
+  cells: ReadonlyArray<Cell>,
+  samples: ReadonlyArray<Sample>,
+  contenders: ReadonlyArray<Contender>,
+  unavailable: Map<string, string>,
+  totalS: number,
+  svgName: string
+): string => {
+  const cpus = os.cpus()
+  const results = resultRows(cells)
+  const flat = flatnessRows(contenders, samples)
+  const targets = targetRows(cells, samples)
+  const perContender = contenders.map((c) => {
+    const ok = samples.filter((s) => s.ok && s.contender === c.name)
+    const pragmas = [...new Set(ok.map((s) => JSON.stringify(s.pragmas ?? {})))].map((p) =>
+      Object.entries(JSON.parse(p) as Record<string, unknown>).map(([k, v]) => `${k}=${v}`).join(", ")
+    )
+    const versions = [...new Set(ok.map((s) => s.sqliteVersion).filter(Boolean))]
+    return [
+      c.name,
+      c.packages.map(pkgVersion).filter(Boolean).join(", "),
+      versions.join(", ") || "—",
+      pragmas.join(" / ") || "—",
+      unavailable.get(c.name) ?? ""
+    ]
+  })
+  const memory = cells.filter((c) => c.workload.id === "memory-1m" && !c.na)
+  const scaled = cells.filter((c) => !c.na && sizeNote(c, BASE))
+  const naCells = cells.filter((c) => c.na && c.contender.name !== "raw")
+  const s = BASE
+  return `# Benchmarks
+
+Issue 5: *close to raw SQLite, ahead of every peer, measured side by side.*
+
+Generated by \`${QUICK ? "BENCH_QUICK=1 " : ""}${env.BENCH_REPS ? `BENCH_REPS=${REPS} ` : ""}npm run bench\` on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC,
+${REPS} interleaved rounds, ${samples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: small sizes, smoke test only — not the issue-5 figures.**" : ""}
+
+![paired ratios vs raw](${svgName})
+
+## Method
+
+- **One fresh child process per measurement** (\`node --import tsx bench/child.ts\`), on a **fresh WAL database
+  file** in \`os.tmpdir()\`, deleted afterwards. Setup (schema/migrations, preloading) is untimed; only the
+  workload's loop is timed (\`performance.now()\`), and each contender checks afterwards that the work was really
+  done (no live jobs left after a drain, the right number left after an enqueue or claim run).
+- **Interleaved rounds**: every round runs every workload for every contender (the contender order rotates per
+  round), so slow drift of the machine hits everybody alike.
+- **Paired ratio**: per round, contender throughput ÷ raw throughput *in the same round* (on the raw workload that
+  does the same job; e.g. \`process\` and the claim loop are both divided by raw's claim→ack loop), then the median
+  (and min–max) of those per-round ratios. Claim flatness is paired the same way within one contender.
+- **Pragmas**: \`journal_mode=WAL\`, \`synchronous=NORMAL\` for every contender (read back from the connection after
+  the run, see below). The raw baseline, plainjob and alkstore run on the **same better-sqlite3 build** (root
+  \`node_modules\`); liteque needs better-sqlite3 11 and runs on its own (\`bench/peers/liteque\`).
+- **Raw baseline** (\`bench/contenders/raw.ts\`): minimal \`jobs\` table with a partial claim index
+  \`(queue, priority DESC, run_at, id) WHERE state='pending'\`; enqueue = one INSERT; claim = one
+  \`UPDATE … WHERE id = (SELECT … ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING *\` (autocommit);
+  ack = one \`DELETE\` by id (autocommit) — two write transactions per job; batched = claim 100 with
+  \`WHERE id IN (SELECT … LIMIT 100)\` and delete the 100 in one transaction. Payloads are JSON.stringify'd on
+  enqueue and JSON.parse'd on claim, like a library does.
+
+## Machine
+
+| | |
+| --- | --- |
+| CPU | ${cpus[0]?.model ?? "unknown"} |
+| cores | ${cpus.length} |
+| RAM | ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB |
+| Node | ${process.version} |
+| OS | ${os.type()} ${os.release()} (${os.arch()}) |
+
+## Contenders
+
+| contender | packages | SQLite | pragmas (read back) | unavailable |
+| --- | --- | --- | --- | --- |
+${perContender.map((r) => `| ${r.join(" | ")} |`).join("\n")}
+
+## Workloads
+
+| id | what | sizes |
+| --- | --- | --- |
+${WORKLOADS.filter((w) => cells.some((c) => c.workload.id === w.id)).map((w) => `| \`${w.id}\` | ${w.title} | ${w.description(s)} |`).join("\n")}
+
+Payload: \`{ n: i, to: "user@example.com" }\`.${scaled.length ? `
+
+Scaled down for slow peers (their per-op cost grows with the number of pending jobs, so their drain figures at
+5k jobs are *flattering* compared to 20k, and at 1M pending only a few claims fit in the time budget):
+
+${scaled.map((c) => `- ${c.contender.name} / \`${c.workload.id}\`: ${sizeNote(c, BASE)}`).join("\n")}` : ""}
+
+## Results
+
+${mdTable(results.header, results.rows)}
+
+## Claim cost vs queue size (flatness)
+
+Time per claim+ack (the pending count is the size named plus the timed claims, which drain away during the run).
+
+${mdTable(flat.header, flat.rows)}
+${memory.length ? `
+## Memory
+
+Peak RSS (\`process.resourceUsage().maxRSS\`) of the child that enqueued ${s.memoryJobs.toLocaleString("en-US")} jobs (${s.preloadChunk.toLocaleString("en-US")} per transaction) and drained them in claimed batches of ${s.batch}.
+
+${mdTable(
+      ["contender", "peak RSS median", "min–max", "throughput (enqueue+drain) median"],
+      memory.map((c) => [
+        c.contender.name,
+        c.rss ? `${c.rss.median.toFixed(0)} MB` : "—",
+        fmtRange(c.rss, (x) => `${x.toFixed(0)} MB`),
+        fmtSpread(c.throughput, fmtOps, " jobs/s")
+      ])
+    )}
+` : ""}
+## Issue-5 targets (alkstore)
+
+${mdTable(targets.header, targets.rows)}
+
+## Not measured
+
+${naCells.map((c) => `- ${c.contender.name} / \`${c.workload.id}\`: ${c.na}`).join("\n") || "—"}
+`
+}
+
+await main()

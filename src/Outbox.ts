@@ -1,0 +1,50 @@
+/**
+ * The transactional outbox (CONTRACT §6): enqueue a delivery in the same
+ * transaction as the application's write; deliver it at least once with
+ * retries on the curve. Backed by the queue `__alkstore_outbox:{name}`,
+ * which no `Queues` entry point can reach.
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, type Effect, Layer } from "effect"
+import { Engine } from "./internal/engine.js"
+import * as internal from "./internal/outbox.js"
+import type { EnqueueOpts, Job, JobHandle, JobId, ProcessOpts, Queue, WaitError } from "./Queues.js"
+import type { InvalidName, InvalidOptions, InvalidPayload, ReservedName } from "./StoreError.js"
+
+export type Deliver<E, R> = (job: Job<unknown>, handle: JobHandle<unknown>) => Effect.Effect<void, E, R>
+
+export interface OutboxHandle {
+  readonly name: string
+  /** Defaults: 60 s visibility, 5 attempts, 5 s backoff base. Joins the caller's transaction. */
+  readonly enqueue: (
+    payload: unknown,
+    opts?: EnqueueOpts
+  ) => Effect.Effect<JobId, InvalidOptions | InvalidPayload | SqlError>
+  /**
+   * Claims one job and delivers it: success acks, a failure or defect retries
+   * on the curve with its text as last error. `true` when it claimed a job
+   * (whatever the delivery's outcome), `false` when there was none.
+   */
+  readonly runOnce: <E, R>(workerId: string, deliver: Deliver<E, R>) => Effect.Effect<boolean, InvalidOptions | SqlError, R>
+  /** Delivers continuously, waking on new work; interruption releases in-flight claims. */
+  readonly run: <E, R>(
+    workerId: string,
+    deliver: Deliver<E, R>,
+    opts?: ProcessOpts
+  ) => Effect.Effect<never, InvalidOptions | WaitError, R>
+  readonly stats: Queue["stats"]
+  readonly dead: Queue["dead"]
+  readonly requeueDead: Queue["requeueDead"]
+  readonly purgeDead: Queue["purgeDead"]
+  readonly getJob: Queue["getJob"]
+}
+
+export interface OutboxShape {
+  readonly outbox: (name: string) => Effect.Effect<OutboxHandle, InvalidName | ReservedName>
+}
+
+export class Outbox extends Context.Tag("alkstore/Outbox")<Outbox, OutboxShape>() {}
+
+export const make: Effect.Effect<OutboxShape, never, Engine> = internal.makeOutboxes
+
+export const layer: Layer.Layer<Outbox, never, Engine> = Layer.effect(Outbox, make)

@@ -1,0 +1,188 @@
+/**
+ * Durable job queues (CONTRACT §3): enqueue inside the application's own
+ * transaction, claim with a fenced lease, retry on one backoff curve,
+ * dead-letter, inspect and repair.
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, type DateTime, type Duration, type Effect, Layer, type Option, type Schema, type Stream } from "effect"
+import { Engine } from "./internal/engine.js"
+import * as internal from "./internal/queue.js"
+import type {
+  DatabaseReplaced,
+  InvalidName,
+  InvalidOptions,
+  InvalidPayload,
+  ReservedName
+} from "./StoreError.js"
+
+export type JobId = number
+
+/** A job as stored. Instants are `DateTime.Utc`, durations `Duration`. */
+export interface Job<A = unknown> {
+  readonly id: JobId
+  readonly queue: string
+  readonly payload: A
+  readonly state: "pending" | "claimed" | "dead"
+  readonly priority: number
+  readonly runAt: DateTime.Utc
+  readonly attempts: number
+  readonly maxAttempts: number
+  readonly visibilityTimeout: Duration.Duration
+  readonly backoffBase: Duration.Duration
+  readonly expiresAt: Option.Option<DateTime.Utc>
+  readonly claimedUntil: Option.Option<DateTime.Utc>
+  readonly workerId: Option.Option<string>
+  readonly createdAt: DateTime.Utc
+  readonly lastError: Option.Option<string>
+  readonly diedAt: Option.Option<DateTime.Utc>
+}
+
+/**
+ * One claim of one job. Every operation is fenced by the job id and the
+ * claim's token: once another claim took the job, they report loss (`false`
+ * or `"lost"`) instead of touching it.
+ */
+export interface JobHandle<A = unknown> {
+  readonly job: Job<A>
+  /** Deletes the job. */
+  readonly ack: Effect.Effect<boolean, SqlError>
+  /**
+   * Back to pending at `now + (delay ?? backoff)`, or dead when the attempts
+   * are spent. `error` (a string, or an error whose text is taken) becomes
+   * `lastError`.
+   */
+  readonly retry: (
+    error?: unknown,
+    delay?: Duration.DurationInput
+  ) => Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>
+  /** Dead now, whatever the attempts. */
+  readonly fail: (error: unknown) => Effect.Effect<boolean, SqlError>
+  /** Pushes the lease to `now + (extend ?? visibilityTimeout)`. */
+  readonly heartbeat: (extend?: Duration.DurationInput) => Effect.Effect<boolean, InvalidOptions | SqlError>
+  /** Back to pending now with the attempt given back; the claim is over. */
+  readonly release: Effect.Effect<boolean, SqlError>
+}
+
+export interface QueueStats {
+  /** Due now. */
+  readonly pending: number
+  /** `runAt` in the future. */
+  readonly scheduled: number
+  readonly claimed: number
+  readonly dead: number
+  /** `now − runAt` of the oldest due pending job. */
+  readonly oldestPendingAge: Option.Option<Duration.Duration>
+}
+
+/** A handle's defaults for what it enqueues; stamped onto each job, never stored. */
+export interface QueueOpts {
+  /** Default 300 seconds. */
+  readonly visibilityTimeout?: Duration.DurationInput
+  /** Default 3. */
+  readonly maxAttempts?: number
+  /** Default 5 seconds. */
+  readonly backoffBase?: Duration.DurationInput
+  /** Default none. */
+  readonly expires?: Duration.DurationInput
+}
+
+export interface EnqueueOpts {
+  /** Safe integer, higher first; default 0. */
+  readonly priority?: number
+  /** Integer ≥ 1; overrides the handle's default. */
+  readonly maxAttempts?: number
+  /** The job is never delivered at or after `enqueue time + expires`. */
+  readonly expires?: Duration.DurationInput
+  /** Due after this long (not with `runAt`). */
+  readonly delay?: Duration.DurationInput
+  /** Due at this instant (not with `delay`). */
+  readonly runAt?: Date | DateTime.DateTime | number
+  /** Idempotency: while a job with this key is pending or claimed, its id is returned and nothing is written. */
+  readonly key?: string
+}
+
+export interface ProcessOpts {
+  /** Handlers running at once; default 1. */
+  readonly concurrency?: number
+  /** Heartbeat each claim every third of its visibility timeout while the handler runs. */
+  readonly heartbeat?: boolean
+}
+
+export interface StreamOpts {
+  /** Claim up to this many jobs per round trip; default 1. */
+  readonly batch?: number
+}
+
+export type WaitError = DatabaseReplaced | SqlError
+
+export interface Queue<A = unknown> {
+  readonly name: string
+  readonly enqueue: (payload: A, opts?: EnqueueOpts) => Effect.Effect<JobId, InvalidOptions | InvalidPayload | SqlError>
+  /** All rows in one transaction, ids in input order; one invalid payload writes nothing. */
+  readonly enqueueBatch: (
+    payloads: Iterable<A>,
+    opts?: EnqueueOpts
+  ) => Effect.Effect<ReadonlyArray<JobId>, InvalidOptions | InvalidPayload | SqlError>
+  readonly claim: (workerId: string) => Effect.Effect<Option.Option<JobHandle<A>>, InvalidOptions | SqlError>
+  readonly claimBatch: (
+    workerId: string,
+    n: number
+  ) => Effect.Effect<ReadonlyArray<JobHandle<A>>, InvalidOptions | SqlError>
+  /** Waits (without polling) until a job is claimable, and claims it. */
+  readonly take: (workerId: string) => Effect.Effect<JobHandle<A>, InvalidOptions | WaitError>
+  /** Claimed handles as they become claimable. */
+  readonly stream: (workerId: string, opts?: StreamOpts) => Stream.Stream<JobHandle<A>, InvalidOptions | WaitError>
+  /**
+   * Runs until interrupted: success acks, failure retries on the curve with
+   * the error's text, a defect retries with the pretty cause. Interruption
+   * stops claiming and releases in-flight claims (no attempt spent).
+   */
+  readonly process: <E, R>(
+    workerId: string,
+    handler: (job: Job<A>, handle: JobHandle<A>) => Effect.Effect<void, E, R>,
+    opts?: ProcessOpts
+  ) => Effect.Effect<never, InvalidOptions | WaitError, R>
+  /** Pending, claimed or dead; acked and cancelled jobs are gone. Payloads as stored (JSON). */
+  readonly getJob: (id: JobId) => Effect.Effect<Option.Option<Job<unknown>>, SqlError>
+  /** Deletes a pending or claimed job of this queue. */
+  readonly cancel: (id: JobId) => Effect.Effect<boolean, SqlError>
+  readonly stats: Effect.Effect<QueueStats, SqlError>
+  /** Dead jobs, newest `diedAt` first; default limit 100. */
+  readonly dead: (opts?: { readonly limit?: number }) => Effect.Effect<ReadonlyArray<Job<unknown>>, InvalidOptions | SqlError>
+  /** Back to pending now with attempts 0 (`lastError` kept). `false` when absent, not dead, or its key is live again. */
+  readonly requeueDead: (id: JobId) => Effect.Effect<boolean, SqlError>
+  /** Deletes dead jobs (those that died more than `olderThan` ago; all without it); returns the count. */
+  readonly purgeDead: (olderThan?: Duration.DurationInput) => Effect.Effect<number, InvalidOptions | SqlError>
+}
+
+export interface MaintenanceResult {
+  readonly expired: number
+  readonly purged: number
+}
+
+export interface QueuesShape {
+  readonly queue: {
+    <A, I>(
+      name: string,
+      opts: QueueOpts & { readonly schema: Schema.Schema<A, I, never> }
+    ): Effect.Effect<Queue<A>, InvalidName | ReservedName | InvalidOptions>
+    (name: string, opts?: QueueOpts): Effect.Effect<Queue<unknown>, InvalidName | ReservedName | InvalidOptions>
+  }
+  /**
+   * Moves expired jobs (pending, or claimed with both lease and expiry
+   * passed) to dead as "expired" and purges dead rows past the retention.
+   * The scheduler's leader runs it every minute.
+   */
+  readonly maintenance: Effect.Effect<MaintenanceResult, SqlError>
+}
+
+export class Queues extends Context.Tag("alkstore/Queues")<Queues, QueuesShape>() {}
+
+/** Builds the service over an engine. */
+export const make: Effect.Effect<QueuesShape, never, Engine> = internal.makeQueues
+
+/** The service over the engine a store layer provides. */
+export const layer: Layer.Layer<Queues, never, Engine> = Layer.effect(Queues, make)
+
+/** The contract's backoff curve: `min(base × 2^(attempts−1), 1 h)`. */
+export const backoff: (base: Duration.DurationInput, attempts: number) => Duration.Duration = internal.backoff

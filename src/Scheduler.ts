@@ -1,0 +1,80 @@
+/**
+ * The interval scheduler, collapsed into queues (CONTRACT §5, seed ADR-009):
+ * two registrations and one runner. Nothing fires unless some process runs
+ * `runSchedules` (or `runAsStandby`).
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, type DateTime, type Duration, type Effect, Layer, type Option } from "effect"
+import { Engine } from "./internal/engine.js"
+import * as internal from "./internal/scheduler.js"
+import type {
+  DatabaseReplaced,
+  InvalidName,
+  InvalidOptions,
+  InvalidPayload,
+  InvalidSpec,
+  LeadershipLost,
+  ReservedName
+} from "./StoreError.js"
+
+export interface ScheduleOpts {
+  /** Priority of each fired job; default 0. */
+  readonly priority?: number
+  /** Attempts of each fired job; default 3. */
+  readonly maxAttempts?: number
+  /** Each fired job expires this long after its boundary (> 0); default never. */
+  readonly expires?: Duration.DurationInput
+}
+
+/** The stored registration, read back. */
+export interface Schedule {
+  readonly name: string
+  readonly spec: string
+  readonly interval: Duration.Duration
+  readonly queue: string
+  readonly payload: unknown
+  readonly opts: {
+    readonly priority: number
+    readonly maxAttempts: number
+    readonly expires: Option.Option<Duration.Duration>
+  }
+  readonly nextFireAt: DateTime.Utc
+}
+
+export interface SchedulerShape {
+  /**
+   * Registers (upserts by name) a schedule firing `payload` into `queue` at
+   * every boundary of `spec` (`@every <n><s|m|h|d>`). The same spec keeps the
+   * boundary phase; a changed spec restarts it from now. First boundary:
+   * registration + interval.
+   */
+  readonly schedule: (
+    name: string,
+    spec: string,
+    queue: string,
+    payload: unknown,
+    opts?: ScheduleOpts
+  ) => Effect.Effect<Schedule, InvalidName | ReservedName | InvalidSpec | InvalidOptions | InvalidPayload | SqlError>
+  /** `true` when removed, `false` when there was none. */
+  readonly unschedule: (name: string) => Effect.Effect<boolean, InvalidName | ReservedName | SqlError>
+  /**
+   * The leader loop: take the leadership lease (or fail with
+   * `LeadershipLost`), renew it in a forked fiber, fire every due boundary in
+   * one fenced transaction per tick, sleep until the next boundary or a
+   * registration change. Interrupting it is the stop: the lease is released
+   * at once. Each evaluation is its own runner (its own owner).
+   */
+  readonly runSchedules: Effect.Effect<never, LeadershipLost | DatabaseReplaced | SqlError>
+  /**
+   * Forever: try to lead (every half lease, and at once when a leader
+   * releases), lead until leadership is lost, repeat. Run it in every process
+   * of a fleet; exactly one leads at a time.
+   */
+  readonly runAsStandby: Effect.Effect<never, DatabaseReplaced | SqlError>
+}
+
+export class Scheduler extends Context.Tag("alkstore/Scheduler")<Scheduler, SchedulerShape>() {}
+
+export const make: Effect.Effect<SchedulerShape, never, Engine> = internal.makeScheduler
+
+export const layer: Layer.Layer<Scheduler, never, Engine> = Layer.effect(Scheduler, make)

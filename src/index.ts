@@ -1,0 +1,11 @@
+/**
+ * alkstore: queues, named TTL locks, an interval scheduler with leader
+ * election and a transactional outbox, inside the application's own
+ * database, as Effect services.
+ */
+export * as Locks from "./Locks.js"
+export * as Outbox from "./Outbox.js"
+export * as Queues from "./Queues.js"
+export * as Scheduler from "./Scheduler.js"
+export * as SqliteStore from "./SqliteStore.js"
+export * as StoreError from "./StoreError.js"

@@ -1,0 +1,100 @@
+import { DateTime, Duration, Effect } from "effect"
+import { InvalidOptions } from "../StoreError.js"
+
+/**
+ * Validators here are plain functions returning the value or the error, so
+ * hot paths (every enqueue) validate without building effects; the
+ * `Effect` wrappers below serve everything else.
+ */
+export type Checked<A> = A | InvalidOptions
+
+export const isInvalid = (value: unknown): value is InvalidOptions => value instanceof InvalidOptions
+
+export const fromChecked = <A>(value: Checked<A>): Effect.Effect<A, InvalidOptions> =>
+  isInvalid(value) ? Effect.fail(value) : Effect.succeed(value)
+
+const durationPattern =
+  /^\s*(-?(?:\d+(?:\.\d+)?|Infinity|NaN))\s+(nanos?|micros?|millis?|seconds?|minutes?|hours?|days?|weeks?)\s*$/
+
+/**
+ * Validates a `Duration.DurationInput` as given — `Duration.decode` silently
+ * turns negative, NaN and infinite inputs into zero — and returns whole
+ * milliseconds (sub-millisecond remainders round up, so a lease is never
+ * shorter than asked).
+ */
+export const checkDuration = (
+  field: string,
+  input: Duration.DurationInput,
+  positive = false
+): Checked<number> => {
+  const invalid = (reason: string) => new InvalidOptions({ field, reason })
+  const checkMillis = (ms: number): Checked<number> => {
+    if (Number.isNaN(ms)) return invalid("must not be NaN")
+    if (!Number.isFinite(ms)) return invalid("must be finite")
+    if (ms < 0) return invalid("must not be negative")
+    const whole = Math.ceil(ms)
+    if (!Number.isSafeInteger(whole)) return invalid("is too large")
+    if (positive && whole === 0) return invalid("must be positive")
+    return whole
+  }
+  if (typeof input === "number") return checkMillis(input)
+  if (typeof input === "bigint") return input < 0n ? invalid("must not be negative") : checkMillis(Number(input) / 1e6)
+  if (Array.isArray(input)) {
+    const [seconds, nanos] = input as unknown as readonly [unknown, unknown]
+    if (typeof seconds !== "number" || typeof nanos !== "number") return invalid("is not a duration")
+    if (Number.isNaN(seconds) || Number.isNaN(nanos)) return invalid("must not be NaN")
+    if (seconds < 0 || nanos < 0) return invalid("must not be negative")
+    return checkMillis(seconds * 1000 + nanos / 1e6)
+  }
+  if (typeof input === "string") {
+    const match = durationPattern.exec(input)
+    if (match === null) return invalid(`cannot read ${JSON.stringify(input)} as a duration`)
+    const value = Number(match[1])
+    if (Number.isNaN(value)) return invalid("must not be NaN")
+    if (!Number.isFinite(value)) return invalid("must be finite")
+    if (value < 0) return invalid("must not be negative")
+    try {
+      return checkMillis(Duration.toMillis(Duration.decode(input)))
+    } catch {
+      return invalid(`cannot read ${JSON.stringify(input)} as a duration`)
+    }
+  }
+  if (Duration.isDuration(input)) return checkMillis(Duration.toMillis(input))
+  return invalid("is not a duration")
+}
+
+/** An optional duration: `undefined` stays `undefined`. */
+export const checkOptionalDuration = (
+  field: string,
+  input: Duration.DurationInput | undefined,
+  positive = false
+): Checked<number | undefined> => (input === undefined ? undefined : checkDuration(field, input, positive))
+
+export const durationMillis = (
+  field: string,
+  input: Duration.DurationInput,
+  { positive = false }: { readonly positive?: boolean } = {}
+): Effect.Effect<number, InvalidOptions> => Effect.suspend(() => fromChecked(checkDuration(field, input, positive)))
+
+export const optionalDurationMillis = (
+  field: string,
+  input: Duration.DurationInput | undefined,
+  { positive = false }: { readonly positive?: boolean } = {}
+): Effect.Effect<number | undefined, InvalidOptions> =>
+  Effect.suspend(() => fromChecked(checkOptionalDuration(field, input, positive)))
+
+/** An instant given as a `Date`, a `DateTime` or epoch milliseconds. */
+export type InstantInput = Date | DateTime.DateTime | number
+
+export const checkInstant = (field: string, input: InstantInput): Checked<number> => {
+  const invalid = (reason: string) => new InvalidOptions({ field, reason })
+  let ms: number
+  if (input instanceof Date) ms = input.getTime()
+  else if (typeof input === "number") ms = input
+  else if (DateTime.isDateTime(input)) ms = DateTime.toEpochMillis(input)
+  else return invalid("must be a Date, a DateTime or epoch milliseconds")
+  if (!Number.isFinite(ms)) return invalid("is not a valid instant")
+  if (!Number.isSafeInteger(ms)) return invalid("must be whole epoch milliseconds")
+  if (ms < 0) return invalid("must not be before the epoch")
+  return ms
+}

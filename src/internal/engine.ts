@@ -1,0 +1,195 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, Effect, type Option } from "effect"
+import type { ResolvedEnqueue } from "./options.js"
+import type { WakeHub } from "./wake.js"
+
+/**
+ * The engine seam (like Oban's engines): the contract's rules live once in
+ * the engine-free services; each engine implements these storage operations
+ * with its own SQL, in one place per mechanism.
+ */
+
+/** A job row as storage keeps it; instants in epoch milliseconds. */
+export interface JobRow {
+  readonly id: number
+  readonly queue: string
+  readonly payload: string
+  /** `scheduled` is a pending job whose `runAt` was in the future when written. */
+  readonly state: "pending" | "scheduled" | "claimed" | "dead"
+  readonly priority: number
+  readonly run_at: number
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly visibility_timeout: number
+  readonly backoff_base: number
+  readonly expires_at: number | null
+  readonly claimed_until: number | null
+  readonly worker_id: string | null
+  readonly claim_token: number
+  readonly created_at: number
+  readonly last_error: string | null
+  readonly died_at: number | null
+}
+
+export interface NewJob extends ResolvedEnqueue {
+  readonly queue: string
+  readonly payload: string
+  readonly createdAt: number
+}
+
+export interface StatsRow {
+  readonly pending: number
+  readonly scheduled: number
+  readonly claimed: number
+  readonly dead: number
+  readonly oldestPendingRunAt: number | null
+}
+
+/** A claim as the fence sees it: the job id and the claim token it took. */
+export interface Fence {
+  readonly id: number
+  readonly token: number
+}
+
+export interface QueueStorage {
+  /** Inserts in one transaction, in input order; a live job's `key` returns its id instead. */
+  readonly insert: (jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<number>, SqlError>
+  /**
+   * Claims up to `limit` claimable jobs in contract order. Due jobs that have
+   * expired or spent their attempts move to dead on the way instead.
+   */
+  readonly claim: (
+    queue: string,
+    workerId: string,
+    now: number,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
+  /** Whether a claim now could find anything (a read: no write lock). */
+  readonly hasClaimable: (queue: string, now: number) => Effect.Effect<boolean, SqlError>
+  /** The next instant after `now` when something in `queue` becomes claimable. */
+  readonly nextDeadline: (queue: string, now: number) => Effect.Effect<Option.Option<number>, SqlError>
+  readonly ack: (fence: Fence) => Effect.Effect<boolean, SqlError>
+  readonly retry: (fence: Fence, runAt: number, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
+  readonly bury: (fence: Fence, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
+  readonly heartbeat: (fence: Fence, claimedUntil: number) => Effect.Effect<boolean, SqlError>
+  readonly release: (fence: Fence, now: number) => Effect.Effect<boolean, SqlError>
+  readonly get: (queue: string, id: number) => Effect.Effect<Option.Option<JobRow>, SqlError>
+  readonly cancel: (queue: string, id: number) => Effect.Effect<boolean, SqlError>
+  readonly stats: (queue: string, now: number) => Effect.Effect<StatsRow, SqlError>
+  readonly dead: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
+  readonly requeueDead: (queue: string, id: number, now: number) => Effect.Effect<boolean, SqlError>
+  readonly purgeDead: (queue: string, diedBefore: number | undefined) => Effect.Effect<number, SqlError>
+  readonly maintenance: (
+    now: number,
+    purgeDiedBefore: number
+  ) => Effect.Effect<{ readonly expired: number; readonly purged: number }, SqlError>
+}
+
+export interface LockRow {
+  readonly token: number
+  readonly expires_at: number
+}
+
+export interface LockStorage {
+  /** Takes the lock if free or already `owner`'s (re-entrant), else none. */
+  readonly acquire: (
+    name: string,
+    owner: string,
+    now: number,
+    expiresAt: number
+  ) => Effect.Effect<Option.Option<LockRow>, SqlError>
+  readonly renew: (
+    name: string,
+    owner: string,
+    token: number,
+    now: number,
+    expiresAt: number
+  ) => Effect.Effect<boolean, SqlError>
+  readonly release: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
+  /** Whether `owner` holds `name` with `token` at `now` (the scheduler's fence). */
+  readonly holds: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
+}
+
+/** A registered schedule as storage keeps it. */
+export interface ScheduleRow {
+  readonly name: string
+  readonly spec: string
+  readonly interval_ms: number
+  readonly queue: string
+  readonly payload: string
+  readonly priority: number
+  readonly max_attempts: number
+  readonly expires_ms: number | null
+  readonly next_fire_at: number
+  readonly created_at: number
+  readonly updated_at: number
+}
+
+export interface NewSchedule {
+  readonly name: string
+  readonly spec: string
+  readonly intervalMillis: number
+  readonly queue: string
+  readonly payload: string
+  readonly priority: number
+  readonly maxAttempts: number
+  readonly expiresMillis: number | undefined
+}
+
+export interface ScheduleStorage {
+  /** Upsert by name; the same spec keeps `next_fire_at`, a new one restarts it at `now + interval`. */
+  readonly upsert: (schedule: NewSchedule, now: number) => Effect.Effect<ScheduleRow, SqlError>
+  readonly remove: (name: string) => Effect.Effect<boolean, SqlError>
+  /** Due schedules, locked for this transaction where the engine has row locks. */
+  readonly due: (now: number) => Effect.Effect<ReadonlyArray<ScheduleRow>, SqlError>
+  readonly advance: (name: string, nextFireAt: number) => Effect.Effect<void, SqlError>
+  readonly nextFireAt: Effect.Effect<Option.Option<number>, SqlError>
+}
+
+export interface EngineSettings {
+  /** Dead rows older than this are purged by maintenance. */
+  readonly deadRetentionMillis: number
+  /** The scheduler's leadership lease. */
+  readonly leaderTtlMillis: number
+  /** How often the leader renews its lease. */
+  readonly leaderRenewMillis: number
+  /** How often the scheduler's leader runs queue maintenance. */
+  readonly maintenanceEveryMillis: number
+  /** The waiters' safety-net poll. */
+  readonly fallbackPollMillis: number
+}
+
+export const defaultSettings: EngineSettings = {
+  deadRetentionMillis: 7 * 24 * 3_600_000,
+  leaderTtlMillis: 10_000,
+  leaderRenewMillis: 2_000,
+  maintenanceEveryMillis: 60_000,
+  fallbackPollMillis: 5_000
+}
+
+export interface EngineShape {
+  readonly queues: QueueStorage
+  readonly locks: LockStorage
+  readonly schedules: ScheduleStorage
+  /** A write transaction (SQLite: `BEGIN IMMEDIATE`), or a savepoint inside one. */
+  readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /**
+   * Runs `f` once the transaction open in `context` commits (at once when
+   * none is open). Synchronous so hot paths can call it from a fiber's context.
+   */
+  readonly afterCommit: (context: Context.Context<never>, f: () => void) => void
+  /** Wakes waiters: in-process signals plus the engine's cross-process feed. */
+  readonly wake: WakeHub
+  /** Unique per store instance: the default lock owner's prefix. */
+  readonly instanceId: string
+  readonly settings: EngineSettings
+}
+
+export class Engine extends Context.Tag("alkstore/internal/Engine")<Engine, EngineShape>() {}
+
+/** `engine.afterCommit` as an effect, in the calling fiber's transaction. */
+export const onCommit = (engine: EngineShape, f: () => void): Effect.Effect<void> =>
+  Effect.withFiberRuntime((fiber) => {
+    engine.afterCommit(fiber.currentContext, f)
+    return Effect.void
+  })

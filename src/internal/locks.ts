@@ -1,0 +1,85 @@
+import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
+import type * as L from "../Locks.js"
+import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
+import { durationMillis, optionalDurationMillis } from "./duration.js"
+import { Engine, type LockStorage } from "./engine.js"
+import { validateName } from "./names.js"
+
+const checkOwner = (owner: string) =>
+  typeof owner === "string" && owner.length > 0
+    ? Effect.succeed(owner)
+    : Effect.fail(new InvalidOptions({ field: "owner", reason: "must be a non-empty string" }))
+
+/** Takes `name` for `owner` (names are validated by the caller). */
+export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const row = yield* storage.acquire(name, owner, now, now + ttlMillis)
+    return Option.map(row, (row): L.LockHandle => ({
+      name,
+      owner,
+      token: row.token,
+      expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
+      renew: (ttl) =>
+        Effect.gen(function*() {
+          const millis = (yield* optionalDurationMillis("ttl", ttl, { positive: true })) ?? ttlMillis
+          const at = yield* Clock.currentTimeMillis
+          return yield* storage.renew(name, owner, row.token, at, at + millis)
+        }),
+      release: Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at))
+    }))
+  })
+
+/**
+ * Renews `handle` every third of its ttl until interrupted; fails with
+ * `LockLost` the first time a renewal does not succeed (a storage failure
+ * included: the lease can no longer be vouched for).
+ */
+export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) =>
+  handle.renew().pipe(
+    Effect.catchAll(() => Effect.succeed(false)),
+    Effect.flatMap((renewed) => (renewed ? Effect.void : Effect.fail(new LockLost({ name: handle.name })))),
+    Effect.repeat(Schedule.spaced(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3))))),
+    Effect.delay(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3)))),
+    Effect.zipRight(Effect.never)
+  )
+
+export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
+  const engine = yield* Engine
+  const storage = engine.locks
+  const defaultOwner = engine.instanceId
+  let calls = 0
+
+  const acquire: L.LocksShape["acquire"] = (name, opts) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      const ttl = yield* durationMillis("ttl", opts.ttl, { positive: true })
+      const owner = yield* checkOwner(opts.owner ?? defaultOwner)
+      return yield* acquireLock(storage, name, owner, ttl)
+    }).pipe(Effect.withSpan("Locks.acquire", { attributes: { name } }))
+
+  const withLock: L.LocksShape["withLock"] = (name, ttl, effect) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      const ttlMillis = yield* durationMillis("ttl", ttl, { positive: true })
+      const owner = `${defaultOwner}:withLock:${++calls}`
+      return yield* Effect.acquireUseRelease(
+        Effect.flatMap(
+          acquireLock(storage, name, owner, ttlMillis),
+          Option.match({
+            onNone: () => Effect.fail(new LockUnavailable({ name })),
+            onSome: Effect.succeed
+          })
+        ),
+        (handle) => Effect.raceFirst(effect, keepRenewed(handle, ttlMillis)),
+        (handle) =>
+          handle.release.pipe(
+            Effect.catchAll((error) =>
+              Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error)
+            )
+          )
+      )
+    }).pipe(Effect.withSpan("Locks.withLock", { attributes: { name } }))
+
+  return { acquire, withLock }
+})

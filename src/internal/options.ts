@@ -1,0 +1,153 @@
+import type { Duration, Schema } from "effect"
+import { Effect } from "effect"
+import { InvalidOptions } from "../StoreError.js"
+import {
+  checkInstant,
+  type Checked,
+  checkOptionalDuration,
+  fromChecked,
+  type InstantInput,
+  isInvalid
+} from "./duration.js"
+
+/** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
+export const queueDefaults: Stamp = {
+  visibilityTimeoutMillis: 300_000,
+  maxAttempts: 3,
+  backoffBaseMillis: 5_000,
+  expiresMillis: undefined
+}
+
+/** The outbox's defaults (CONTRACT §6). */
+export const outboxDefaults: Stamp = {
+  visibilityTimeoutMillis: 60_000,
+  maxAttempts: 5,
+  backoffBaseMillis: 5_000,
+  expiresMillis: undefined
+}
+
+/** The resolved values written onto every job row at enqueue. */
+export interface Stamp {
+  readonly visibilityTimeoutMillis: number
+  readonly maxAttempts: number
+  readonly backoffBaseMillis: number
+  readonly expiresMillis: number | undefined
+}
+
+export interface QueueOptionsInput {
+  readonly visibilityTimeout?: Duration.DurationInput | undefined
+  readonly maxAttempts?: number | undefined
+  readonly backoffBase?: Duration.DurationInput | undefined
+  readonly expires?: Duration.DurationInput | undefined
+  readonly schema?: Schema.Schema<any, any, never> | undefined
+}
+
+export interface EnqueueOptionsInput {
+  readonly priority?: number | undefined
+  readonly maxAttempts?: number | undefined
+  readonly expires?: Duration.DurationInput | undefined
+  readonly delay?: Duration.DurationInput | undefined
+  readonly runAt?: InstantInput | undefined
+  readonly key?: string | undefined
+}
+
+export const checkSafeInteger = (field: string, value: number | undefined, min?: number): Checked<number | undefined> => {
+  if (value === undefined) return undefined
+  if (typeof value !== "number" || !Number.isSafeInteger(value)) {
+    return new InvalidOptions({ field, reason: "must be a safe integer" })
+  }
+  if (min !== undefined && value < min) return new InvalidOptions({ field, reason: `must be at least ${min}` })
+  return value
+}
+
+export const safeInteger = (field: string, value: number | undefined, min?: number) =>
+  Effect.suspend(() => fromChecked(checkSafeInteger(field, value, min)))
+
+/** A handle's defaults over the base defaults (queue or outbox). */
+export const resolveQueueOptions = (
+  base: Stamp,
+  options: QueueOptionsInput | undefined
+): Effect.Effect<Stamp, InvalidOptions> =>
+  Effect.suspend(() => {
+    if (options === undefined) return Effect.succeed(base)
+    const visibilityTimeout = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
+    if (isInvalid(visibilityTimeout)) return Effect.fail(visibilityTimeout)
+    const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)
+    if (isInvalid(maxAttempts)) return Effect.fail(maxAttempts)
+    const backoffBase = checkOptionalDuration("backoffBase", options.backoffBase)
+    if (isInvalid(backoffBase)) return Effect.fail(backoffBase)
+    const expires = checkOptionalDuration("expires", options.expires, true)
+    if (isInvalid(expires)) return Effect.fail(expires)
+    return Effect.succeed({
+      visibilityTimeoutMillis: visibilityTimeout ?? base.visibilityTimeoutMillis,
+      maxAttempts: maxAttempts ?? base.maxAttempts,
+      backoffBaseMillis: backoffBase ?? base.backoffBaseMillis,
+      expiresMillis: expires ?? base.expiresMillis
+    })
+  })
+
+/** One enqueue, resolved: everything the engine writes except the payload. */
+export interface ResolvedEnqueue {
+  readonly priority: number
+  readonly runAt: number
+  readonly maxAttempts: number
+  readonly visibilityTimeoutMillis: number
+  readonly backoffBaseMillis: number
+  readonly expiresAt: number | undefined
+  readonly key: string | undefined
+}
+
+/** Validates `EnqueueOpts` and stamps them over the handle's defaults at `now`. */
+export const checkEnqueue = (
+  stamp: Stamp,
+  options: EnqueueOptionsInput | undefined,
+  now: number
+): Checked<ResolvedEnqueue> => {
+  if (options === undefined) {
+    return {
+      priority: 0,
+      runAt: now,
+      maxAttempts: stamp.maxAttempts,
+      visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
+      backoffBaseMillis: stamp.backoffBaseMillis,
+      expiresAt: stamp.expiresMillis === undefined ? undefined : now + stamp.expiresMillis,
+      key: undefined
+    }
+  }
+  const priority = checkSafeInteger("priority", options.priority)
+  if (isInvalid(priority)) return priority
+  const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)
+  if (isInvalid(maxAttempts)) return maxAttempts
+  const expires = checkOptionalDuration("expires", options.expires)
+  if (isInvalid(expires)) return expires
+  if (options.delay !== undefined && options.runAt !== undefined) {
+    return new InvalidOptions({ field: "delay", reason: "delay and runAt cannot be given together" })
+  }
+  const delay = checkOptionalDuration("delay", options.delay)
+  if (isInvalid(delay)) return delay
+  const runAt = options.runAt !== undefined ? checkInstant("runAt", options.runAt) : now + (delay ?? 0)
+  if (isInvalid(runAt)) return runAt
+  if (options.key !== undefined && (typeof options.key !== "string" || options.key.length === 0)) {
+    return new InvalidOptions({ field: "key", reason: "must be a non-empty string" })
+  }
+  const expiresAfter = expires ?? stamp.expiresMillis
+  const expiresAt = expiresAfter === undefined ? undefined : now + expiresAfter
+  if (expiresAt !== undefined && expiresAt <= runAt) {
+    return new InvalidOptions({ field: "expires", reason: "the job would expire at or before it becomes due" })
+  }
+  return {
+    priority: priority ?? 0,
+    runAt,
+    maxAttempts: maxAttempts ?? stamp.maxAttempts,
+    visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
+    backoffBaseMillis: stamp.backoffBaseMillis,
+    expiresAt,
+    key: options.key
+  }
+}
+
+/** A positive batch size or list limit. */
+export const positiveCount = (field: string, value: number) =>
+  typeof value === "number" && Number.isSafeInteger(value) && value >= 1
+    ? Effect.succeed(value)
+    : Effect.fail(new InvalidOptions({ field, reason: "must be a whole number of at least 1" }))

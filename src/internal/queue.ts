@@ -1,0 +1,327 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Cause, Clock, Context, DateTime, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
+import type * as Q from "../Queues.js"
+import { InvalidOptions, InvalidPayload } from "../StoreError.js"
+import { backoffMillis } from "./backoff.js"
+import { isInvalid, optionalDurationMillis } from "./duration.js"
+import { Engine, type EngineShape, type JobRow, type NewJob, onCommit } from "./engine.js"
+import { causeText, failureText } from "./errorText.js"
+import { checkName } from "./names.js"
+import {
+  checkEnqueue,
+  type EnqueueOptionsInput,
+  positiveCount,
+  type QueueOptionsInput,
+  queueDefaults,
+  type ResolvedEnqueue,
+  resolveQueueOptions,
+  type Stamp
+} from "./options.js"
+import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
+
+const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
+const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
+
+/** A stored row as the contract's `Job`. */
+export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
+  id: row.id,
+  queue: row.queue,
+  payload,
+  state: row.state === "scheduled" ? "pending" : row.state,
+  priority: row.priority,
+  runAt: utc(row.run_at),
+  attempts: row.attempts,
+  maxAttempts: row.max_attempts,
+  visibilityTimeout: Duration.millis(row.visibility_timeout),
+  backoffBase: Duration.millis(row.backoff_base),
+  expiresAt: optionalUtc(row.expires_at),
+  claimedUntil: optionalUtc(row.claimed_until),
+  workerId: Option.fromNullable(row.worker_id),
+  createdAt: utc(row.created_at),
+  lastError: Option.fromNullable(row.last_error),
+  diedAt: optionalUtc(row.died_at)
+})
+
+const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
+
+const errorText = (error: unknown): string | undefined =>
+  error === undefined ? undefined : typeof error === "string" ? error : failureText(error)
+
+const workerError = (workerId: string) =>
+  typeof workerId === "string" && workerId.length > 0
+    ? undefined
+    : new InvalidOptions({ field: "workerId", reason: "must be a non-empty string" })
+
+const checkWorker = (workerId: string) => {
+  const error = workerError(workerId)
+  return error === undefined ? Effect.void : Effect.fail(error)
+}
+
+/** The fiber's clock, read synchronously (TestClock included). */
+const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
+  Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
+
+export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
+  Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
+
+/**
+ * The outcome of a handler on its claim: success acks, interruption alone
+ * releases (no attempt spent), any other failure or defect retries on the
+ * curve with its text.
+ */
+export const settle = <A, E>(
+  handle: Q.JobHandle<A>,
+  exit: Exit.Exit<void, E>
+): Effect.Effect<void, InvalidOptions | SqlError> => {
+  if (Exit.isSuccess(exit)) return Effect.asVoid(handle.ack)
+  if (Cause.isInterruptedOnly(exit.cause)) return Effect.asVoid(handle.release)
+  return Effect.asVoid(handle.retry(causeText(exit.cause)))
+}
+
+/**
+ * One queue over the engine, engine-free: validation, stamping, fencing,
+ * the retry curve and waiting live here; the engine runs the SQL. `name` is
+ * already validated (or an engine-derived name such as an outbox's).
+ */
+export const makeQueue = <A>(
+  engine: EngineShape,
+  name: string,
+  stamp: Stamp,
+  codec: PayloadCodec<A>
+): Q.Queue<A> => {
+  const storage = engine.queues
+  const now = Clock.currentTimeMillis
+  const signal = (count: number) => onCommit(engine, () => engine.wake.signal(name, count))
+
+  const makeHandle = (row: JobRow, payload: A): Q.JobHandle<A> => {
+    const fence = { id: row.id, token: row.claim_token }
+    const bury = (error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
+    return {
+      job: toJob(row, payload),
+      ack: storage.ack(fence),
+      retry: (error, delay) =>
+        Effect.gen(function*() {
+          const explicitDelay = yield* optionalDurationMillis("delay", delay)
+          const text = errorText(error)
+          if (row.attempts >= row.max_attempts) {
+            return (yield* bury(text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
+          }
+          const at = yield* now
+          const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+          const retried = yield* storage.retry(fence, runAt, at, text)
+          if (retried) yield* signal(1)
+          return retried ? "retried" as const : "lost" as const
+        }),
+      fail: (error) => bury(errorText(error) ?? "failed"),
+      heartbeat: (extend) =>
+        Effect.gen(function*() {
+          const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
+            row.visibility_timeout
+          return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
+        }),
+      release: Effect.flatMap(now, (at) => storage.release(fence, at)).pipe(
+        Effect.tap((released) => (released ? signal(1) : Effect.void))
+      )
+    }
+  }
+
+  /** Handles for claimed rows; a row that fails its Schema goes to dead with the decode error. */
+  const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
+    const handles: Array<Q.JobHandle<A>> = []
+    const undecodable: Array<[JobRow, InvalidPayload]> = []
+    for (const row of rows) {
+      const payload = codec.decode(row.payload)
+      if (payload instanceof InvalidPayload) undecodable.push([row, payload])
+      else handles.push(makeHandle(row, payload))
+    }
+    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
+    return Effect.as(
+      Effect.forEach(undecodable, ([row, error]) =>
+        storage.bury({ id: row.id, token: row.claim_token }, at, error.reason)),
+      { handles, buried: undecodable.length }
+    )
+  }
+
+  const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError> =>
+    Effect.withFiberRuntime((fiber) => {
+      const at = nowOf(fiber)
+      const round = (
+        collected: ReadonlyArray<Q.JobHandle<A>>
+      ): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError> =>
+        storage.claim(name, workerId, at, n - collected.length).pipe(
+          Effect.flatMap((rows) => toHandles(rows, at)),
+          Effect.flatMap(({ buried, handles }) => {
+            const all = collected.length === 0 ? handles : [...collected, ...handles]
+            return buried > 0 && all.length < n ? round(all) : Effect.succeed(all)
+          })
+        )
+      return round([])
+    })
+
+  /**
+   * Claims up to `n`, waiting while there is nothing. Only the wait is
+   * interruptible (`restore`): a claim that took rows always returns them.
+   */
+  const takeUpTo = (
+    workerId: string,
+    n: number,
+    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+  ): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, Q.WaitError> =>
+    Effect.gen(function*() {
+      while (true) {
+        const ticket = engine.wake.ticket(name)
+        const at = yield* now
+        const handles = (yield* storage.hasClaimable(name, at)) ? yield* claimUpTo(workerId, n) : []
+        if (handles.length > 0) {
+          ticket.cancel()
+          engine.wake.signal(name, 1) // pass the baton: there may be more
+          return handles
+        }
+        const deadline = yield* storage.nextDeadline(name, at)
+        const wakeAfter = Option.match(deadline, {
+          onNone: () => engine.settings.fallbackPollMillis,
+          onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
+        })
+        yield* restore(Effect.race(ticket.await, Effect.sleep(Duration.millis(wakeAfter)))).pipe(
+          Effect.ensuring(Effect.sync(ticket.cancel))
+        )
+      }
+    })
+
+  const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
+    const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
+    const beat = handle.heartbeat().pipe(
+      Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
+      Effect.ignore
+    )
+    return Effect.raceFirst(effect, Effect.zipRight(Effect.delay(beat, every), Effect.never))
+  }
+
+  const insert = (jobs: ReadonlyArray<NewJob>) =>
+    jobs.length === 1 ? storage.insert(jobs) : engine.transaction(storage.insert(jobs))
+
+  const enqueueResolved = (
+    resolved: ResolvedEnqueue,
+    payloads: ReadonlyArray<A>,
+    at: number
+  ): Effect.Effect<ReadonlyArray<number>, InvalidPayload | SqlError> => {
+    const jobs: Array<NewJob> = []
+    for (const payload of payloads) {
+      const encoded = codec.encode(payload)
+      if (typeof encoded !== "string") return Effect.fail(encoded)
+      jobs.push({ ...resolved, queue: name, payload: encoded, createdAt: at })
+    }
+    return Effect.withFiberRuntime<ReadonlyArray<number>, SqlError>((fiber) =>
+      Effect.map(insert(jobs), (ids) => {
+        engine.afterCommit(fiber.currentContext, () => engine.wake.signal(name, jobs.length))
+        return ids
+      })
+    )
+  }
+
+  return {
+    name,
+    enqueue: (payload, opts) =>
+      Effect.withFiberRuntime((fiber) => {
+        const at = nowOf(fiber)
+        const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
+        if (isInvalid(resolved)) return Effect.fail(resolved)
+        return Effect.map(enqueueResolved(resolved, [payload], at), (ids) => ids[0]!)
+      }),
+    enqueueBatch: (payloads, opts) =>
+      Effect.withFiberRuntime((fiber) => {
+        const at = nowOf(fiber)
+        const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
+        if (isInvalid(resolved)) return Effect.fail(resolved)
+        const all = Array.from(payloads)
+        return all.length === 0 ? Effect.succeed([]) : enqueueResolved(resolved, all, at)
+      }),
+    claim: (workerId) =>
+      Effect.zipRight(
+        checkWorker(workerId),
+        Effect.map(claimUpTo(workerId, 1), (handles) => Option.fromNullable(handles[0]))
+      ),
+    claimBatch: (workerId, n) =>
+      Effect.zipRight(
+        Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)),
+        claimUpTo(workerId, n)
+      ),
+    take: (workerId) =>
+      Effect.zipRight(
+        checkWorker(workerId),
+        Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!))
+      ),
+    stream: (workerId, opts) =>
+      Stream.unwrap(Effect.gen(function*() {
+        yield* checkWorker(workerId)
+        const batch = yield* positiveCount("batch", opts?.batch ?? 1)
+        return Stream.repeatEffect(
+          Effect.uninterruptibleMask((restore) => takeUpTo(workerId, batch, restore))
+        ).pipe(Stream.flattenIterables)
+      })),
+    process: (workerId, handler, opts) =>
+      Effect.gen(function*() {
+        yield* checkWorker(workerId)
+        const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
+        const worker = Effect.uninterruptibleMask((restore) =>
+          Effect.flatMap(takeUpTo(workerId, 1, restore), ([handle]) => {
+            const run = restore(Effect.suspend(() => handler(handle!.job, handle!)))
+            return Effect.flatMap(
+              Effect.exit(opts?.heartbeat === true ? withHeartbeat(handle!, run) : run),
+              (exit) => settle(handle!, exit)
+            )
+          })
+        ).pipe(Effect.forever)
+        return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
+          concurrency: "unbounded",
+          discard: true
+        }).pipe(Effect.zipRight(Effect.never))
+      }).pipe(Effect.withSpan("Queue.process", { attributes: { queue: name, workerId } })),
+    getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
+    cancel: (id) => storage.cancel(name, id),
+    stats: Effect.gen(function*() {
+      const at = yield* now
+      const row = yield* storage.stats(name, at)
+      return {
+        pending: row.pending,
+        scheduled: row.scheduled,
+        claimed: row.claimed,
+        dead: row.dead,
+        oldestPendingAge: row.oldestPendingRunAt === null
+          ? Option.none()
+          : Option.some(Duration.millis(Math.max(0, at - row.oldestPendingRunAt)))
+      }
+    }),
+    dead: (opts) =>
+      Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
+        Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob))),
+    requeueDead: (id) =>
+      Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
+        Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
+      ),
+    purgeDead: (olderThan) =>
+      Effect.gen(function*() {
+        const age = yield* optionalDurationMillis("olderThan", olderThan)
+        return yield* storage.purgeDead(name, age === undefined ? undefined : (yield* now) - age)
+      })
+  }
+}
+
+export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.gen(function*() {
+  const engine = yield* Engine
+  const queue = (name: string, opts?: QueueOptionsInput) =>
+    Effect.gen(function*() {
+      const nameError = checkName(name)
+      if (nameError !== undefined) return yield* nameError
+      const stamp = yield* resolveQueueOptions(queueDefaults, opts)
+      const codec = opts?.schema === undefined ? jsonCodec : schemaCodec(opts.schema)
+      return makeQueue(engine, name, stamp, codec as PayloadCodec<unknown>)
+    }).pipe(Effect.withSpan("Queues.queue", { attributes: { name } }))
+  return {
+    queue: queue as Q.QueuesShape["queue"],
+    maintenance: Effect.gen(function*() {
+      const at = yield* Clock.currentTimeMillis
+      return yield* engine.queues.maintenance(at, at - engine.settings.deadRetentionMillis)
+    }).pipe(Effect.withSpan("Queues.maintenance"))
+  }
+})

@@ -1,0 +1,163 @@
+import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import type * as S from "../Scheduler.js"
+import { LeadershipLost } from "../StoreError.js"
+import { Engine, type EngineShape, type NewJob, onCommit, type ScheduleRow } from "./engine.js"
+import { optionalDurationMillis } from "./duration.js"
+import { acquireLock, keepRenewed } from "./locks.js"
+import { schedulerLockName, validateName } from "./names.js"
+import { queueDefaults, safeInteger } from "./options.js"
+import { encodeJson } from "./payload.js"
+import { dueBoundaries, parseEvery } from "./spec.js"
+
+/** Wake topics: registration changes reach the leader, lease releases reach standbys. */
+export const registrationsTopic = "__alkstore_scheduler_tasks"
+export const leadershipTopic = "__alkstore_scheduler"
+
+const toSchedule = (row: ScheduleRow): S.Schedule => ({
+  name: row.name,
+  spec: row.spec,
+  interval: Duration.millis(row.interval_ms),
+  queue: row.queue,
+  payload: JSON.parse(row.payload) as unknown,
+  opts: {
+    priority: row.priority,
+    maxAttempts: row.max_attempts,
+    expires: row.expires_ms === null ? Option.none() : Option.some(Duration.millis(row.expires_ms))
+  },
+  nextFireAt: DateTime.unsafeMake(row.next_fire_at) as DateTime.Utc
+})
+
+/**
+ * One tick, in one write transaction: re-check the lease (fencing), then for
+ * every due schedule enqueue one job per elapsed boundary (the oldest 64),
+ * stamped with the contract defaults and the schedule's options, and advance.
+ * Returns the soonest next boundary, or `undefined` when the lease is gone.
+ */
+const tick = (engine: EngineShape, owner: string, token: number) =>
+  engine.transaction(Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    if (!(yield* engine.locks.holds(schedulerLockName, owner, token, now))) return undefined
+    const fired = new Map<string, number>()
+    for (const schedule of yield* engine.schedules.due(now)) {
+      const { boundaries, next } = dueBoundaries(schedule.next_fire_at, schedule.interval_ms, now)
+      const jobs = boundaries.map((boundary): NewJob => ({
+        queue: schedule.queue,
+        payload: schedule.payload,
+        createdAt: now,
+        priority: schedule.priority,
+        runAt: boundary,
+        maxAttempts: schedule.max_attempts,
+        visibilityTimeoutMillis: queueDefaults.visibilityTimeoutMillis,
+        backoffBaseMillis: queueDefaults.backoffBaseMillis,
+        expiresAt: schedule.expires_ms === null ? undefined : boundary + schedule.expires_ms,
+        key: undefined
+      }))
+      if (jobs.length > 0) yield* engine.queues.insert(jobs)
+      yield* engine.schedules.advance(schedule.name, next)
+      fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + jobs.length)
+    }
+    yield* onCommit(engine, () => {
+      for (const [queue, count] of fired) engine.wake.signal(queue, count)
+    })
+    return { now, next: yield* engine.schedules.nextFireAt }
+  }))
+
+export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Effect.gen(function*() {
+  const engine = yield* Engine
+  const { settings } = engine
+  let runners = 0
+
+  const schedule: S.SchedulerShape["schedule"] = (name, spec, queue, payload, opts) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      yield* validateName(queue)
+      const intervalMillis = yield* parseEvery(spec)
+      const priority = (yield* safeInteger("priority", opts?.priority)) ?? 0
+      const maxAttempts = (yield* safeInteger("maxAttempts", opts?.maxAttempts, 1)) ?? queueDefaults.maxAttempts
+      const expiresMillis = yield* optionalDurationMillis("expires", opts?.expires, { positive: true })
+      const encoded = yield* encodeJson(payload)
+      const now = yield* Clock.currentTimeMillis
+      const row = yield* engine.schedules.upsert(
+        { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis },
+        now
+      )
+      yield* onCommit(engine, () => engine.wake.signal(registrationsTopic))
+      return toSchedule(row)
+    }).pipe(Effect.withSpan("Scheduler.schedule", { attributes: { name } }))
+
+  const unschedule: S.SchedulerShape["unschedule"] = (name) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      const removed = yield* engine.schedules.remove(name)
+      if (removed) yield* onCommit(engine, () => engine.wake.signal(registrationsTopic))
+      return removed
+    }).pipe(Effect.withSpan("Scheduler.unschedule", { attributes: { name } }))
+
+  /** Ticks until the lease is found gone; each wait ends at the next boundary, maintenance, or a change. */
+  const lead = (owner: string, token: number) =>
+    Effect.gen(function*() {
+      let maintenanceAt = yield* Clock.currentTimeMillis
+      while (true) {
+        const ticket = engine.wake.ticket(registrationsTopic)
+        const result = yield* tick(engine, owner, token)
+        if (result === undefined) {
+          ticket.cancel()
+          return yield* new LeadershipLost({ owner })
+        }
+        if (result.now >= maintenanceAt) {
+          const at = yield* Clock.currentTimeMillis
+          yield* engine.queues.maintenance(at, at - settings.deadRetentionMillis)
+          maintenanceAt = result.now + settings.maintenanceEveryMillis
+        }
+        const wakeAt = Math.min(
+          Option.getOrElse(result.next, () => Infinity),
+          maintenanceAt,
+          result.now + settings.fallbackPollMillis
+        )
+        yield* Effect.race(ticket.await, Effect.sleep(Duration.millis(Math.max(0, wakeAt - result.now)))).pipe(
+          Effect.ensuring(Effect.sync(ticket.cancel))
+        )
+      }
+    })
+
+  const runSchedules: S.SchedulerShape["runSchedules"] = Effect.suspend(() => {
+    const owner = `${engine.instanceId}:scheduler:${++runners}`
+    return Effect.acquireUseRelease(
+      Effect.flatMap(
+        acquireLock(engine.locks, schedulerLockName, owner, settings.leaderTtlMillis),
+        Option.match({
+          onNone: () => Effect.fail(new LeadershipLost({ owner })),
+          onSome: Effect.succeed
+        })
+      ),
+      (lease) =>
+        Effect.raceFirst(
+          lead(owner, lease.token),
+          keepRenewed(lease, settings.leaderRenewMillis * 3).pipe(
+            Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
+          )
+        ),
+      (lease) =>
+        lease.release.pipe(
+          Effect.tap((released) =>
+            released ? onCommit(engine, () => engine.wake.signal(leadershipTopic, Number.MAX_SAFE_INTEGER)) : Effect.void
+          ),
+          Effect.catchAll((error) =>
+            Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
+          )
+        )
+    )
+  }).pipe(Effect.withSpan("Scheduler.runSchedules")) as S.SchedulerShape["runSchedules"]
+
+  const runAsStandby: S.SchedulerShape["runAsStandby"] = Effect.gen(function*() {
+    while (true) {
+      const ticket = engine.wake.ticket(leadershipTopic)
+      yield* Effect.catchTag(runSchedules, "LeadershipLost", () => Effect.void)
+      yield* Effect.race(ticket.await, Effect.sleep(Duration.millis(settings.leaderTtlMillis / 2))).pipe(
+        Effect.ensuring(Effect.sync(ticket.cancel))
+      )
+    }
+  })
+
+  return { schedule, unschedule, runSchedules, runAsStandby }
+})

@@ -1,0 +1,32 @@
+import { SqlError } from "@effect/sql/SqlError"
+import { Clock, Duration, Effect, Schedule } from "effect"
+
+/** SQLite's "another connection holds the lock" family: worth waiting out. */
+export const isBusy = (error: unknown): boolean => {
+  const cause = error instanceof SqlError ? error.cause : error
+  const code = (cause as { code?: unknown } | null | undefined)?.code
+  return typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))
+}
+
+const liveClock = Clock.make()
+
+/**
+ * Retries `SQLITE_BUSY` on an Effect schedule instead of a long `busy_timeout`,
+ * which would block the event loop (and every lease renewal) while it waits.
+ * The waits are real time even under `TestClock`: they pace a contended file,
+ * they are not contract time.
+ */
+export const retryBusy = (patience: Duration.DurationInput) => {
+  const schedule = Schedule.exponential("1 millis", 1.5).pipe(
+    Schedule.union(Schedule.spaced("50 millis")),
+    Schedule.jittered,
+    Schedule.upTo(patience)
+  )
+  // The first attempt runs bare: building the retry costs more than most statements.
+  return <A, R>(effect: Effect.Effect<A, SqlError, R>): Effect.Effect<A, SqlError, R> =>
+    Effect.catchIf(effect, isBusy, () =>
+      effect.pipe(
+        Effect.retry({ schedule, while: isBusy }),
+        Effect.withClock(liveClock)
+      ))
+}

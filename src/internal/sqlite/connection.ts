@@ -1,0 +1,147 @@
+import * as Reactivity from "@effect/experimental/Reactivity"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import { SqlError } from "@effect/sql/SqlError"
+import * as Statement from "@effect/sql/Statement"
+import Sqlite from "better-sqlite3"
+import { Effect, Scope } from "effect"
+import { type Executor, fromOwnedConnection } from "./executor.js"
+import { makeImmediateTransaction } from "./transaction.js"
+
+export interface OwnedConnectionOptions {
+  readonly filename: string
+  readonly busyTimeoutMillis: number
+  readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
+}
+
+export interface OwnedConnection {
+  readonly db: Sqlite.Database
+  readonly client: SqlClient.SqlClient
+  readonly executor: Executor
+}
+
+const statementError = (cause: unknown) =>
+  new SqlError({ cause, message: `Failed to execute statement: ${String(cause)}` })
+
+/**
+ * A standard `SqlClient` over a better-sqlite3 connection the store owns —
+ * built with `SqlClient.make` and the SQLite compiler, as
+ * `@effect/sql-sqlite-node` does — whose transactions are `BEGIN IMMEDIATE`,
+ * plus the fast executor the mechanisms use on the same connection.
+ */
+export const makeOwnedConnection = (
+  options: OwnedConnectionOptions
+): Effect.Effect<OwnedConnection, SqlError, Scope.Scope | Reactivity.Reactivity> =>
+  Effect.gen(function*() {
+    const db = yield* Effect.acquireRelease(
+      Effect.try({
+        try: () => new Sqlite(options.filename, { timeout: options.busyTimeoutMillis }),
+        catch: (cause) => new SqlError({ cause, message: `Failed to open ${options.filename}: ${String(cause)}` })
+      }),
+      (db) => Effect.sync(() => db.close())
+    )
+    yield* options.retryBusy(Effect.try({
+      try: () => {
+        db.pragma("journal_mode = WAL")
+        db.pragma("synchronous = NORMAL")
+      },
+      catch: statementError
+    }))
+
+    const statements = new Map<string, Sqlite.Statement>()
+    const prepare = (sql: string): Sqlite.Statement => {
+      let statement = statements.get(sql)
+      if (statement === undefined) {
+        statement = db.prepare(sql)
+        statements.set(sql, statement)
+      }
+      return statement
+    }
+    const run = (sql: string, params: ReadonlyArray<unknown>, raw: boolean) =>
+      Effect.withFiberRuntime<ReadonlyArray<any>, SqlError>((fiber) => {
+        try {
+          const statement = prepare(sql)
+          if (fiber.currentContext.unsafeMap.get(SqlClient.SafeIntegers.key) === true) statement.safeIntegers(true)
+          if (statement.reader) return Effect.succeed(statement.all(...params))
+          const result = statement.run(...params)
+          return Effect.succeed(raw ? result as unknown as ReadonlyArray<any> : [])
+        } catch (cause) {
+          return Effect.fail(statementError(cause))
+        }
+      })
+    const connection: Connection = {
+      execute: (sql, params, transformRows) =>
+        transformRows ? Effect.map(run(sql, params, false), transformRows) : run(sql, params, false),
+      executeRaw: (sql, params) => run(sql, params, true),
+      executeValues: (sql, params) =>
+        Effect.try({
+          try: () => {
+            const statement = db.prepare(sql)
+            if (!statement.reader) {
+              statement.run(...params)
+              return []
+            }
+            return statement.raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>
+          },
+          catch: statementError
+        }),
+      executeUnprepared: (sql, params, transformRows) => {
+        const effect = Effect.try({
+          try: () => {
+            const statement = db.prepare(sql)
+            return statement.reader ? statement.all(...(params ?? [])) : (statement.run(...(params ?? [])), [])
+          },
+          catch: statementError
+        })
+        return transformRows ? Effect.map(effect, (rows) => transformRows(rows as Array<object>)) : effect
+      },
+      executeStream: () => Effect.dieMessage("executeStream is not implemented for SQLite") as never
+    }
+
+    // One permit guards the connection while a transaction (or a reserved
+    // connection) has it; `held` lets the fast path skip the semaphore when free.
+    const gate = yield* Effect.makeSemaphore(1)
+    let holders = 0
+    const hold = Effect.uninterruptibleMask((restore) =>
+      Effect.as(
+        Effect.zipRight(
+          restore(gate.take(1)),
+          Effect.sync(() => {
+            holders++
+          })
+        ),
+        Effect.zipRight(
+          Effect.sync(() => {
+            holders--
+          }),
+          gate.release(1)
+        )
+      )
+    )
+    const acquirer = gate.withPermits(1)(Effect.succeed(connection))
+    const transactionAcquirer = Effect.flatMap(hold, (release) =>
+      Effect.as(Effect.addFinalizer(() => release), connection))
+
+    const transaction = makeImmediateTransaction({
+      acquire: Effect.map(hold, (release) => [release, connection] as const),
+      retryBusy: options.retryBusy
+    })
+    const client = yield* SqlClient.make({
+      acquirer,
+      transactionAcquirer,
+      compiler: Statement.makeCompilerSqlite(),
+      spanAttributes: [["db.system.name", "sqlite"]],
+      beginTransaction: "BEGIN IMMEDIATE"
+    })
+    Object.assign(client, { withTransaction: transaction })
+
+    const executor = fromOwnedConnection({
+      db,
+      prepare,
+      gate,
+      held: () => holders > 0,
+      retryBusy: options.retryBusy,
+      transaction
+    })
+    return { db, client, executor }
+  })

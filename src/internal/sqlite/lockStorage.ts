@@ -1,0 +1,39 @@
+import { Effect, Option } from "effect"
+import type { LockRow, LockStorage } from "../engine.js"
+import type { Executor } from "./executor.js"
+
+/**
+ * Every statement of the SQLite lock mechanism; each operation is one
+ * statement. A released or lapsed lock keeps its row so the next tenure's
+ * fencing token continues from the last one.
+ */
+const sql = {
+  // Free (lapsed) or re-entrant for the same owner; a new tenure bumps the token.
+  acquire: `INSERT INTO __alkstore_locks (name, owner, token, expires_at) VALUES (?, ?, 1, ?)
+    ON CONFLICT (name) DO UPDATE SET
+      token = CASE WHEN __alkstore_locks.owner = excluded.owner AND __alkstore_locks.expires_at > ?
+        THEN __alkstore_locks.token ELSE __alkstore_locks.token + 1 END,
+      owner = excluded.owner,
+      expires_at = excluded.expires_at
+    WHERE __alkstore_locks.expires_at <= ? OR __alkstore_locks.owner = excluded.owner
+    RETURNING token, expires_at`,
+  renew: `UPDATE __alkstore_locks SET expires_at = ?
+    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING token`,
+  release: `UPDATE __alkstore_locks SET expires_at = 0
+    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING token`,
+  holds: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`
+} as const
+
+export const makeLockStorage = (db: Executor): LockStorage => ({
+  acquire: (name, owner, now, expiresAt) =>
+    Effect.map(
+      db.all<LockRow>(sql.acquire, [name, owner, expiresAt, now, now]),
+      (rows) => Option.fromNullable(rows[0])
+    ),
+  renew: (name, owner, token, now, expiresAt) =>
+    Effect.map(db.all(sql.renew, [expiresAt, name, owner, token, now]), (rows) => rows.length > 0),
+  release: (name, owner, token, now) =>
+    Effect.map(db.all(sql.release, [name, owner, token, now]), (rows) => rows.length > 0),
+  holds: (name, owner, token, now) =>
+    Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0)
+})

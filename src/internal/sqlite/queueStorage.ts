@@ -1,0 +1,236 @@
+import { Effect, Option } from "effect"
+import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
+import type { Executor } from "./executor.js"
+
+/** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
+const sql = {
+  insert: `INSERT INTO __alkstore_jobs
+    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
+     created_at, claim_token)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT DO NOTHING
+    RETURNING id`,
+  liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
+  // Due scheduled rows join the claim index; the read keeps idle claims write-free.
+  anyDueScheduled: `SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ? LIMIT 1`,
+  promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
+  // One statement claims the best `limit` candidates (pending, or claimed with a
+  // lapsed lease) and moves those it meets expired or spent to dead instead.
+  // SET expressions all read the row as it was before the update.
+  claim: `UPDATE __alkstore_jobs SET
+      state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
+      last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
+        WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
+      died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
+      claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
+        ELSE ?1 + visibility_timeout END,
+      worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
+      attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
+        ELSE attempts + 1 END,
+      claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
+        ELSE claim_token + 1 END
+    WHERE id IN (
+      SELECT id FROM (
+        SELECT id, priority, run_at FROM (
+          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
+          ORDER BY priority DESC, run_at, id LIMIT ?4)
+        UNION ALL
+        SELECT id, priority, run_at FROM (
+          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
+          ORDER BY priority DESC, run_at, id LIMIT ?4)
+        ORDER BY priority DESC, run_at, id LIMIT ?4))
+    RETURNING *`,
+  anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
+      OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
+      OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,
+  // Scalar min() is NULL if any argument is: take the smaller non-null one.
+  nextDeadline: `SELECT (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at > ?2) AS a,
+      (SELECT min(claimed_until) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) AS b`,
+  ack: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  retry: `UPDATE __alkstore_jobs
+    SET state = CASE WHEN ? > ? THEN 'scheduled' ELSE 'pending' END, run_at = ?,
+      last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
+    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  bury: `UPDATE __alkstore_jobs
+    SET state = 'dead', died_at = ?, last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
+    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  heartbeat: `UPDATE __alkstore_jobs SET claimed_until = ?
+    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  // Release gives the attempt back and keeps the job's place in line (its runAt is already due).
+  release: `UPDATE __alkstore_jobs
+    SET state = 'pending', attempts = max(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
+    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  get: `SELECT * FROM __alkstore_jobs WHERE id = ? AND queue = ?`,
+  cancel: `DELETE FROM __alkstore_jobs WHERE id = ? AND queue = ? AND state <> 'dead' RETURNING id`,
+  stats: `SELECT
+      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS pending,
+      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due_scheduled,
+      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at > ?2) AS scheduled,
+      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed') AS claimed,
+      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'dead') AS dead,
+      (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS oldest_pending,
+      (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS oldest_due`,
+  dead: `SELECT * FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?`,
+  // A requeued job whose key a live job took meanwhile stays dead (the key names one live job).
+  requeueDead: `UPDATE __alkstore_jobs
+    SET state = 'pending', run_at = ?, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL
+    WHERE id = ? AND queue = ? AND state = 'dead'
+      AND (idempotency_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
+          AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))
+    RETURNING id`,
+  purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' RETURNING id`,
+  purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ? RETURNING id`,
+  expire: `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
+      claimed_until = NULL, worker_id = NULL
+    WHERE expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dead'
+      AND (state <> 'claimed' OR claimed_until <= ?1)
+    RETURNING id`,
+  purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ? RETURNING id`
+} as const
+
+/**
+ * `?N` parameters are not bound by number in better-sqlite3, so statements
+ * written with `?N` for readability are rewritten to plain `?` once, with a
+ * map from position to argument.
+ */
+const numbered = (text: string) => {
+  const order: Array<number> = []
+  const rewritten = text.replace(/\?(\d+)/g, (_, n: string) => {
+    order.push(Number(n) - 1)
+    return "?"
+  })
+  return {
+    text: rewritten,
+    bind: (args: ReadonlyArray<string | number | null>) => order.map((i) => args[i] ?? null)
+  }
+}
+
+const claimSql = numbered(sql.claim)
+const statsSql = numbered(sql.stats)
+const nextDeadlineSql = numbered(sql.nextDeadline)
+
+const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
+const expireSql = numbered(sql.expire)
+
+/**
+ * Job ids can be reused once the newest job is deleted (no AUTOINCREMENT:
+ * it costs a page write per insert). A claim token is a per-job counter that
+ * starts at a random point in [0, 2^48), so a stale handle of a deleted job
+ * matches a new job with the same id with odds of about (its claims) / 2^48.
+ */
+const firstClaimToken = () => Math.floor(Math.random() * 2 ** 48)
+
+const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
+
+export const makeQueueStorage = (db: Executor): QueueStorage => {
+  const changed = (rows: ReadonlyArray<unknown>) => rows.length > 0
+
+  const insertOne = (job: NewJob) =>
+    db.all<{ id: number }>(sql.insert, [
+      job.queue,
+      job.payload,
+      job.runAt > job.createdAt ? "scheduled" : "pending",
+      job.priority,
+      job.runAt,
+      job.maxAttempts,
+      job.visibilityTimeoutMillis,
+      job.backoffBaseMillis,
+      job.expiresAt ?? null,
+      job.key ?? null,
+      job.createdAt,
+      firstClaimToken()
+    ]).pipe(
+      Effect.flatMap((rows) => {
+        if (rows[0] !== undefined) return Effect.succeed(rows[0].id)
+        return Effect.map(
+          db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]),
+          (existing) => existing[0]!.id
+        )
+      })
+    )
+
+  const insert = (jobs: ReadonlyArray<NewJob>) => {
+    if (jobs.length === 1 && jobs[0]!.key === undefined) return Effect.map(insertOne(jobs[0]!), (id) => [id])
+    return db.transaction(Effect.forEach(jobs, insertOne))
+  }
+
+  const claimOnce = (queue: string, workerId: string, now: number, limit: number) =>
+    db.all<JobRow>(claimSql.text, claimSql.bind([now, workerId, queue, limit]))
+
+  const claim = (queue: string, workerId: string, now: number, limit: number) =>
+    Effect.gen(function*() {
+      const due = yield* db.all(sql.anyDueScheduled, [queue, now])
+      if (due.length > 0) yield* db.all(sql.promoteDue, [queue, now])
+      const claimed: Array<JobRow> = []
+      // Candidates moved to dead do not count: claim again until `limit` or none left.
+      while (claimed.length < limit) {
+        const rows = yield* claimOnce(queue, workerId, now, limit - claimed.length)
+        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        if (rows.length === 0 || rows.every((row) => row.state === "claimed")) break
+      }
+      return claimed.sort(claimOrder)
+    })
+
+  const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
+    Effect.map(db.all(text, [...head, fence.id, fence.token]), changed)
+
+  return {
+    insert,
+    claim,
+    hasClaimable: (queue, now) =>
+      Effect.map(
+        db.all<{ any: number }>(sql.anyClaimable, [queue, queue, now, queue, now]),
+        (rows) => rows[0]?.any === 1
+      ),
+    nextDeadline: (queue, now) =>
+      Effect.map(
+        db.all<{ a: number | null; b: number | null }>(nextDeadlineSql.text, nextDeadlineSql.bind([queue, now])),
+        (rows) => Option.fromNullable(minOf(rows[0]?.a ?? null, rows[0]?.b ?? null))
+      ),
+    ack: (fence) => Effect.map(db.all(sql.ack, [fence.id, fence.token]), changed),
+    retry: (fence, runAt, now, error) => fenced(sql.retry, [runAt, now, runAt, error ?? null], fence),
+    bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
+    heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
+    release: (fence) => fenced(sql.release, [], fence),
+    get: (queue, id) => Effect.map(db.all<JobRow>(sql.get, [id, queue]), (rows) => Option.fromNullable(rows[0])),
+    cancel: (queue, id) => Effect.map(db.all(sql.cancel, [id, queue]), changed),
+    stats: (queue, now) =>
+      Effect.map(
+        db.all<{
+          pending: number
+          due_scheduled: number
+          scheduled: number
+          claimed: number
+          dead: number
+          oldest_pending: number | null
+          oldest_due: number | null
+        }>(statsSql.text, statsSql.bind([queue, now])),
+        (rows): StatsRow => {
+          const row = rows[0]!
+          return {
+            pending: row.pending + row.due_scheduled,
+            scheduled: row.scheduled,
+            claimed: row.claimed,
+            dead: row.dead,
+            oldestPendingRunAt: minOf(row.oldest_pending, row.oldest_due)
+          }
+        }
+      ),
+    dead: (queue, limit) => db.all<JobRow>(sql.dead, [queue, limit]),
+    requeueDead: (queue, id, now) => Effect.map(db.all(sql.requeueDead, [now, id, queue]), changed),
+    purgeDead: (queue, diedBefore) =>
+      Effect.map(
+        diedBefore === undefined
+          ? db.all(sql.purgeDead, [queue])
+          : db.all(sql.purgeDeadBefore, [queue, diedBefore]),
+        (rows) => rows.length
+      ),
+    maintenance: (now, purgeDiedBefore) =>
+      db.transaction(Effect.gen(function*() {
+        const expired = yield* db.all(expireSql.text, expireSql.bind([now]))
+        const purged = yield* db.all(sql.purgeAllDeadBefore, [purgeDiedBefore])
+        return { expired: expired.length, purged: purged.length }
+      }))
+  }
+}

@@ -1,0 +1,54 @@
+import { Effect, Option } from "effect"
+import type { ScheduleRow, ScheduleStorage } from "../engine.js"
+import type { Executor } from "./executor.js"
+
+/**
+ * Every statement of the SQLite scheduler. Its tick runs inside one
+ * `BEGIN IMMEDIATE` transaction, which serializes writers: that is SQLite's
+ * row lock on the schedule rows.
+ */
+const sql = {
+  upsert: `INSERT INTO __alkstore_scheduler_tasks
+      (name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (name) DO UPDATE SET
+      next_fire_at = CASE WHEN __alkstore_scheduler_tasks.spec = excluded.spec
+        THEN __alkstore_scheduler_tasks.next_fire_at ELSE excluded.next_fire_at END,
+      spec = excluded.spec,
+      interval_ms = excluded.interval_ms,
+      queue = excluded.queue,
+      payload = excluded.payload,
+      priority = excluded.priority,
+      max_attempts = excluded.max_attempts,
+      expires_ms = excluded.expires_ms,
+      updated_at = excluded.updated_at
+    RETURNING *`,
+  remove: `DELETE FROM __alkstore_scheduler_tasks WHERE name = ? RETURNING name`,
+  due: `SELECT * FROM __alkstore_scheduler_tasks WHERE next_fire_at <= ? ORDER BY next_fire_at, name`,
+  advance: `UPDATE __alkstore_scheduler_tasks SET next_fire_at = ? WHERE name = ?`,
+  next: `SELECT min(next_fire_at) AS at FROM __alkstore_scheduler_tasks`
+} as const
+
+export const makeScheduleStorage = (db: Executor): ScheduleStorage => ({
+  upsert: (s, now) =>
+    Effect.map(
+      db.all<ScheduleRow>(sql.upsert, [
+        s.name,
+        s.spec,
+        s.intervalMillis,
+        s.queue,
+        s.payload,
+        s.priority,
+        s.maxAttempts,
+        s.expiresMillis ?? null,
+        now + s.intervalMillis,
+        now,
+        now
+      ]),
+      (rows) => rows[0]!
+    ),
+  remove: (name) => Effect.map(db.all(sql.remove, [name]), (rows) => rows.length > 0),
+  due: (now) => db.all<ScheduleRow>(sql.due, [now]),
+  advance: (name, nextFireAt) => Effect.asVoid(db.all(sql.advance, [nextFireAt, name])),
+  nextFireAt: Effect.map(db.all<{ at: number | null }>(sql.next, []), (rows) => Option.fromNullable(rows[0]?.at))
+})

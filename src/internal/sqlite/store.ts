@@ -1,0 +1,139 @@
+import * as Reactivity from "@effect/experimental/Reactivity"
+import type { MigrationError } from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, Duration, Effect, Layer, type Scope } from "effect"
+import * as Locks from "../../Locks.js"
+import * as Outbox from "../../Outbox.js"
+import * as Queues from "../../Queues.js"
+import * as Scheduler from "../../Scheduler.js"
+import type { InvalidOptions } from "../../StoreError.js"
+import { optionalDurationMillis } from "../duration.js"
+import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeWakeHub } from "../wake.js"
+import { makeOwnedConnection } from "./connection.js"
+import { type Executor, fromClient } from "./executor.js"
+import { makeLockStorage } from "./lockStorage.js"
+import { migrate } from "./migrations.js"
+import { makeQueueStorage } from "./queueStorage.js"
+import { makeScheduleStorage } from "./scheduleStorage.js"
+import { retryBusy } from "./busy.js"
+import { afterCommit } from "./transaction.js"
+import { startWatcher } from "./watcher.js"
+
+/** Engine settings a store accepts (all optional). */
+export interface StoreSettings {
+  /** How long a claim of the file waits out another writer before failing with `SqlError`; default 30 s. */
+  readonly busyPatience?: Duration.DurationInput
+  /** Dead jobs older than this are purged by maintenance; default 7 days. */
+  readonly deadRetention?: Duration.DurationInput
+  /** The scheduler's leadership lease; default 10 s. */
+  readonly leaderTtl?: Duration.DurationInput
+  /** How often the scheduler's leader renews its lease; default 2 s. */
+  readonly leaderRenewEvery?: Duration.DurationInput
+  /** How often the leader runs queue maintenance; default 1 minute. */
+  readonly maintenanceEvery?: Duration.DurationInput
+  /** The waiters' safety-net poll; default 5 s. */
+  readonly fallbackPoll?: Duration.DurationInput
+  /** How often the cross-process watcher reads `PRAGMA data_version` while anybody waits; default 2 ms. */
+  readonly watchInterval?: Duration.DurationInput
+}
+
+export interface ResolvedSettings extends EngineSettings {
+  readonly busyPatienceMillis: number
+  readonly watchIntervalMillis: number
+}
+
+export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedSettings, InvalidOptions> =>
+  Effect.gen(function*() {
+    const get = (field: keyof StoreSettings, fallback: number) =>
+      Effect.map(
+        optionalDurationMillis(field, options[field], { positive: true }),
+        (millis) => millis ?? fallback
+      )
+    return {
+      busyPatienceMillis: yield* get("busyPatience", 30_000),
+      deadRetentionMillis: yield* get("deadRetention", defaultSettings.deadRetentionMillis),
+      leaderTtlMillis: yield* get("leaderTtl", defaultSettings.leaderTtlMillis),
+      leaderRenewMillis: yield* get("leaderRenewEvery", defaultSettings.leaderRenewMillis),
+      maintenanceEveryMillis: yield* get("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
+      fallbackPollMillis: yield* get("fallbackPoll", defaultSettings.fallbackPollMillis),
+      watchIntervalMillis: yield* get("watchInterval", 2)
+    }
+  })
+
+export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox
+
+/**
+ * Migrates, then builds the engine and every mechanism over `executor`.
+ * `filename` is the file the cross-process watcher follows ("" for none).
+ */
+export const buildMechanisms = (
+  executor: Executor,
+  filename: string,
+  settings: ResolvedSettings
+): Effect.Effect<Context.Context<Mechanisms>, SqlError | MigrationError, Scope.Scope | SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    yield* migrate(executor.transaction)
+    const wake = makeWakeHub()
+    if (filename !== "" && filename !== ":memory:" && !filename.startsWith("file:")) {
+      yield* startWatcher(wake, {
+        filename,
+        intervalMillis: settings.watchIntervalMillis,
+        identityEveryMillis: 250
+      })
+    }
+    const engine: EngineShape = {
+      queues: makeQueueStorage(executor),
+      locks: makeLockStorage(executor),
+      schedules: makeScheduleStorage(executor),
+      transaction: executor.transaction,
+      afterCommit,
+      wake,
+      instanceId: crypto.randomUUID(),
+      settings
+    }
+    const build = <I, S>(tag: Context.Tag<I, S>, make: Effect.Effect<S, never, Engine>) =>
+      Effect.map(Effect.provideService(make, Engine, engine), (service) => Context.make(tag, service))
+    const queues = yield* build(Queues.Queues, Queues.make)
+    const locks = yield* build(Locks.Locks, Locks.make)
+    const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
+    const outbox = yield* build(Outbox.Outbox, Outbox.make)
+    return Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox))
+  })
+
+export interface SqliteStoreOptions extends StoreSettings {
+  /** The database file (created when missing). */
+  readonly filename: string
+  /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
+  readonly busyTimeout?: Duration.DurationInput
+}
+
+export const layer = (
+  options: SqliteStoreOptions
+): Layer.Layer<Mechanisms | SqlClient.SqlClient, SqlError | MigrationError | InvalidOptions> =>
+  Layer.scopedContext(Effect.gen(function*() {
+    const settings = yield* resolveSettings(options)
+    const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
+    const owned = yield* makeOwnedConnection({
+      filename: options.filename,
+      busyTimeoutMillis: busyTimeout,
+      retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis))
+    })
+    const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(
+      Effect.provideService(SqlClient.SqlClient, owned.client)
+    )
+    return Context.add(mechanisms, SqlClient.SqlClient, owned.client)
+  })).pipe(Layer.provide(Reactivity.layer))
+
+export const layerFromClient = (
+  options: StoreSettings = {}
+): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, SqlClient.SqlClient> =>
+  Layer.scopedContext(Effect.gen(function*() {
+    const settings = yield* resolveSettings(options)
+    const client = yield* SqlClient.SqlClient
+    const executor = fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
+    const files = yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", [])
+    const main = files.find((row) => row.name === "main")?.file ?? ""
+    return yield* buildMechanisms(executor, main, settings)
+  }))

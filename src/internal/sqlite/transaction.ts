@@ -1,0 +1,105 @@
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Cause, Context, Effect, Exit, FiberRef } from "effect"
+
+/**
+ * Callbacks to run once the outermost transaction commits (wake signals must
+ * never fire for work that rolled back). Present only in transactions opened
+ * by alkstore's own `withTransaction`; a foreign client's transaction has none
+ * and its commits are seen by the change watcher instead.
+ */
+export class CommitHooks extends Context.Tag("alkstore/internal/CommitHooks")<CommitHooks, Array<() => void>>() {}
+
+/**
+ * Runs `f` after the transaction open in `context` commits, or now when there
+ * is none. Inside a foreign client's transaction (no hooks) it is dropped:
+ * the change watcher sees that commit.
+ */
+export const afterCommit = (context: Context.Context<never>, f: () => void): void => {
+  if (!context.unsafeMap.has(SqlClient.TransactionConnection.key)) return f()
+  const hooks = context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined
+  if (hooks !== undefined) hooks.push(f)
+}
+
+export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fiber) =>
+  Effect.succeed(fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key))
+)
+
+const exec = (conn: Connection, sql: string) => Effect.asVoid(conn.execute(sql, [], undefined))
+
+/**
+ * `BEGIN IMMEDIATE` transactions over `SqlClient.TransactionConnection`
+ * (nested calls become savepoints), unlike `@effect/sql`'s own in two ways:
+ * a failed BEGIN (SQLITE_BUSY) is retried and then surfaces as that
+ * `SqlError` rather than as the defect of a ROLLBACK with no transaction, and
+ * a failed COMMIT is a typed `SqlError` after rolling back, not a defect.
+ */
+export const makeImmediateTransaction = (options: {
+  /** Takes the connection exclusively; the effect returned releases it. */
+  readonly acquire: Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError>
+  readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
+}) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.withFiberRuntime<A, E | SqlError, R>((fiber) => {
+      const context = fiber.currentContext
+      const open = Context.getOption(context, SqlClient.TransactionConnection)
+      if (open._tag === "Some") {
+        const [conn, depth] = open.value
+        const id = depth + 1
+        const name = `alkstore_sp_${id}`
+        const parentHooks = context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined
+        const hooks: Array<() => void> = []
+        const inner = Context.add(context, SqlClient.TransactionConnection, [conn, id] as const).pipe(
+          Context.add(CommitHooks, hooks)
+        )
+        return exec(conn, `SAVEPOINT ${name}`).pipe(
+          Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
+          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+            Exit.isSuccess(exit)
+              ? exec(conn, `RELEASE SAVEPOINT ${name}`).pipe(
+                Effect.map(() => {
+                  if (parentHooks !== undefined) parentHooks.push(...hooks)
+                  return exit.value
+                })
+              )
+              : exec(conn, `ROLLBACK TO SAVEPOINT ${name}`).pipe(
+                Effect.zipRight(exec(conn, `RELEASE SAVEPOINT ${name}`)),
+                Effect.matchCauseEffect({
+                  onSuccess: () => exit,
+                  onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
+                })
+              )
+          )
+        )
+      }
+      return Effect.flatMap(restore(options.acquire), ([release, conn]) => {
+        const hooks: Array<() => void> = []
+        const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
+          Context.add(CommitHooks, hooks)
+        )
+        const rollback = exec(conn, "ROLLBACK")
+        const body = Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner)).pipe(
+          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> => {
+            if (Exit.isFailure(exit)) {
+              // SQLite may already have rolled back (e.g. after SQLITE_FULL); the
+              // body's own failure is the outcome either way.
+              return Effect.zipRight(Effect.ignore(rollback), exit)
+            }
+            return exec(conn, "COMMIT").pipe(
+              Effect.tapError(() => Effect.ignore(rollback)),
+              Effect.as(exit.value),
+              Effect.tap(() => {
+                for (const hook of hooks) hook()
+              })
+            )
+          })
+        )
+        return options.retryBusy(exec(conn, "BEGIN IMMEDIATE")).pipe(
+          Effect.zipRight(body),
+          Effect.ensuring(release)
+        )
+      })
+    })
+  )
