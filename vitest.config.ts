@@ -1,10 +1,14 @@
 import { defineConfig } from "vitest/config"
 
+// CI reads a plain "N passed, N failed" line (.ci/run prints it from this JSON).
+const ci = process.env.CI !== undefined && process.env.CI !== ""
+
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    pool: "forks"
+    pool: "forks",
+    ...(ci ? { reporters: ["default", "json"], outputFile: { json: ".vitest-results.json" } } : {})
   }
 })

@@ -6,7 +6,13 @@ import { InvalidPayload } from "../StoreError.js"
  * Only plain data passes: a `Date` or `Map` would come back as something else,
  * so those belong on a Schema-typed queue.
  */
-export const jsonProblem = (value: unknown): string | undefined => {
+export const jsonProblem = (
+  value: unknown,
+  options: {
+    /** Object properties whose value is `undefined` pass (JSON drops them). */
+    readonly dropUndefinedProperties?: boolean
+  } = {}
+): string | undefined => {
   const seen = new Set<object>()
   const visit = (v: unknown, path: string): string | undefined => {
     switch (typeof v) {
@@ -45,7 +51,9 @@ export const jsonProblem = (value: unknown): string | undefined => {
     if (Object.getOwnPropertySymbols(obj).length > 0) return `${path} has symbol keys`
     seen.add(obj)
     for (const key of Object.keys(obj)) {
-      const problem = visit((obj as Record<string, unknown>)[key], `${path}.${key}`)
+      const property = (obj as Record<string, unknown>)[key]
+      if (property === undefined && options.dropUndefinedProperties === true) continue
+      const problem = visit(property, `${path}.${key}`)
       if (problem !== undefined) return problem
     }
     seen.delete(obj)
@@ -94,7 +102,23 @@ export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCo
   return {
     encode: (payload) => {
       const encoded = encodeSchema(payload)
-      return Either.isLeft(encoded) ? schemaFailure(encoded.left) : checkJson(encoded.right)
+      if (Either.isLeft(encoded)) return schemaFailure(encoded.left)
+      const strict = checkJson(encoded.right)
+      if (typeof strict === "string") return strict
+      // An encoded object property that is `undefined` (say `Schema.optional`'s
+      // `{ cc: undefined }`) is dropped by JSON; that is faithful when the
+      // schema decodes the stored form, which is checked here so a claim never
+      // meets a row its own queue wrote and cannot read.
+      if (jsonProblem(encoded.right, { dropUndefinedProperties: true }) !== undefined) return strict
+      const stored = JSON.stringify(encoded.right)
+      const decoded = decodeSchema(JSON.parse(stored))
+      return Either.isLeft(decoded)
+        ? new InvalidPayload({
+          reason: `${strict.reason}, and the schema cannot decode it without: ${
+            ParseResult.TreeFormatter.formatErrorSync(decoded.left)
+          }`
+        })
+        : stored
     },
     decode: (stored) => {
       const json = parseStored(stored)

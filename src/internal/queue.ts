@@ -182,7 +182,7 @@ export const makeQueue = <A>(
           onNone: () => engine.settings.fallbackPollMillis,
           onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
         })
-        yield* restore(Effect.race(ticket.await, Effect.sleep(Duration.millis(wakeAfter)))).pipe(
+        yield* restore(Effect.raceFirst(ticket.await, Effect.sleep(Duration.millis(wakeAfter)))).pipe(
           Effect.ensuring(Effect.sync(ticket.cancel))
         )
       }
@@ -234,6 +234,12 @@ export const makeQueue = <A>(
         const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
         if (isInvalid(resolved)) return Effect.fail(resolved)
         const all = Array.from(payloads)
+        // One key names one live job: a shared key would silently collapse the batch into its first payload.
+        if (resolved.key !== undefined && all.length > 1) {
+          return Effect.fail(
+            new InvalidOptions({ field: "key", reason: "a batch of more than one payload cannot share one idempotency key" })
+          )
+        }
         return all.length === 0 ? Effect.succeed([]) : enqueueResolved(resolved, all, at)
       }),
     claim: (workerId) =>

@@ -107,6 +107,17 @@ const numbered = (text: string) => {
 }
 
 const claimSql = numbered(sql.claim)
+
+/**
+ * The statements a claim runs, exported for the query-plan test (the claim
+ * must stay on its partial indexes). `claim` binds `[now, workerId, queue, limit]`;
+ * the other two bind `[queue, now]`.
+ */
+export const claimStatements = {
+  anyDueScheduled: sql.anyDueScheduled,
+  promoteDue: sql.promoteDue,
+  claim: claimSql
+} as const
 const statsSql = numbered(sql.stats)
 const nextDeadlineSql = numbered(sql.nextDeadline)
 

@@ -1,0 +1,10 @@
+import { engines } from "./contract/harness.js"
+import { queuesContract } from "./contract/queues.js"
+import { queuesInspectionContract } from "./contract/queues-inspection.js"
+import { queuesValidationContract } from "./contract/queues-validation.js"
+
+for (const engine of engines) {
+  queuesContract(engine)
+  queuesValidationContract(engine)
+  queuesInspectionContract(engine)
+}
