@@ -118,7 +118,11 @@ export type WaitError = DatabaseReplaced | SqlError
 export interface Queue<A = unknown> {
   readonly name: string
   readonly enqueue: (payload: A, opts?: EnqueueOpts) => Effect.Effect<JobId, InvalidOptions | InvalidPayload | SqlError>
-  /** All rows in one transaction, ids in input order; one invalid payload writes nothing. */
+  /**
+   * All rows in one transaction, ids in input order; one invalid payload
+   * writes nothing. A `key` applies to a batch of one only (`InvalidOptions`
+   * otherwise: one key names one live job).
+   */
   readonly enqueueBatch: (
     payloads: Iterable<A>,
     opts?: EnqueueOpts

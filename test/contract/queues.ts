@@ -56,6 +56,19 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(yield* handle.ack).toBe(false)
         })))
 
+      it.effect("ids are never reused: a stale id cannot reach a newer job", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("reuse")
+          const first = yield* q.enqueue({ n: "first" })
+          expect(yield* (yield* mustClaim(q, "w")).ack).toBe(true)
+          const second = yield* q.enqueue({ n: "second" })
+          expect(second).not.toBe(first)
+          expect(Option.isNone(yield* q.getJob(first))).toBe(true)
+          expect(yield* q.cancel(first)).toBe(false)
+          expect(yield* q.requeueDead(first)).toBe(false)
+          expect((yield* mustGet(q, second)).payload).toEqual({ n: "second" })
+        })))
+
       it.effect("claim on an empty queue is none, and claims only its own queue", () =>
         run(Effect.gen(function*() {
           const a = yield* queueOf("a")

@@ -57,17 +57,25 @@ export const makeOwnedConnection = (
       }
       return statement
     }
+    const runNow = (sql: string, params: ReadonlyArray<unknown>, raw: boolean, safeIntegers: boolean) => {
+      try {
+        const statement = prepare(sql)
+        if (safeIntegers) statement.safeIntegers(true)
+        if (statement.reader) return Effect.succeed(statement.all(...params))
+        const result = statement.run(...params)
+        return Effect.succeed(raw ? result as unknown as ReadonlyArray<any> : [])
+      } catch (cause) {
+        return Effect.fail(statementError(cause))
+      }
+    }
+    // Outside a transaction a statement may meet another process's write lock:
+    // wait it out on the busy schedule, as the store's own statements do.
     const run = (sql: string, params: ReadonlyArray<unknown>, raw: boolean) =>
       Effect.withFiberRuntime<ReadonlyArray<any>, SqlError>((fiber) => {
-        try {
-          const statement = prepare(sql)
-          if (fiber.currentContext.unsafeMap.get(SqlClient.SafeIntegers.key) === true) statement.safeIntegers(true)
-          if (statement.reader) return Effect.succeed(statement.all(...params))
-          const result = statement.run(...params)
-          return Effect.succeed(raw ? result as unknown as ReadonlyArray<any> : [])
-        } catch (cause) {
-          return Effect.fail(statementError(cause))
-        }
+        const context = fiber.currentContext.unsafeMap
+        const safeIntegers = context.get(SqlClient.SafeIntegers.key) === true
+        if (context.has(SqlClient.TransactionConnection.key)) return runNow(sql, params, raw, safeIntegers)
+        return options.retryBusy(Effect.suspend(() => runNow(sql, params, raw, safeIntegers)))
       })
     const connection: Connection = {
       execute: (sql, params, transformRows) =>
@@ -124,7 +132,8 @@ export const makeOwnedConnection = (
 
     const transaction = makeImmediateTransaction({
       acquire: Effect.map(hold, (release) => [release, connection] as const),
-      retryBusy: options.retryBusy
+      // BEGIN and COMMIT run outside the body's context, so `run` already retries them.
+      retryBusy: (effect) => effect
     })
     const client = yield* SqlClient.make({
       acquirer,

@@ -13,14 +13,14 @@ const statements = (...sql: ReadonlyArray<string>) =>
 /**
  * The engine's own tables. `state` is `pending` (due), `scheduled` (due
  * later: kept out of the claim index so a claim never walks future rows),
- * `claimed` or `dead`; acked and cancelled jobs are deleted. `claim_token`
- * starts at a random point per job (see queueStorage) instead of paying
- * AUTOINCREMENT's extra page write on every insert.
+ * `claimed` or `dead`; acked and cancelled jobs are deleted. AUTOINCREMENT
+ * keeps ids from ever being reused: a stale id (or handle) can never reach a
+ * newer job.
  */
 export const migrations = Migrator.fromRecord({
   "1_queues_and_locks": statements(
     `CREATE TABLE __alkstore_jobs (
-      id INTEGER PRIMARY KEY,
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
       queue TEXT NOT NULL,
       payload TEXT NOT NULL,
       state TEXT NOT NULL,

@@ -6,8 +6,8 @@ import type { Executor } from "./executor.js"
 const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, claim_token)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     created_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT DO NOTHING
     RETURNING id`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
@@ -124,14 +124,6 @@ const nextDeadlineSql = numbered(sql.nextDeadline)
 const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 const expireSql = numbered(sql.expire)
 
-/**
- * Job ids can be reused once the newest job is deleted (no AUTOINCREMENT:
- * it costs a page write per insert). A claim token is a per-job counter that
- * starts at a random point in [0, 2^48), so a stale handle of a deleted job
- * matches a new job with the same id with odds of about (its claims) / 2^48.
- */
-const firstClaimToken = () => Math.floor(Math.random() * 2 ** 48)
-
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
 export const makeQueueStorage = (db: Executor): QueueStorage => {
@@ -149,8 +141,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       job.backoffBaseMillis,
       job.expiresAt ?? null,
       job.key ?? null,
-      job.createdAt,
-      firstClaimToken()
+      job.createdAt
     ]).pipe(
       Effect.flatMap((rows) => {
         if (rows[0] !== undefined) return Effect.succeed(rows[0].id)
