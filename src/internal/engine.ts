@@ -69,6 +69,17 @@ export interface QueueStorage {
   /** The next instant after `now` when something in `queue` becomes claimable. */
   readonly nextDeadline: (queue: string, now: number) => Effect.Effect<Option.Option<number>, SqlError>
   readonly ack: (fence: Fence) => Effect.Effect<boolean, SqlError>
+  /**
+   * Acks one claim and claims up to `limit` more in one transaction: a busy
+   * worker pays one commit per job instead of two.
+   */
+  readonly ackAndClaim: (
+    fence: Fence,
+    queue: string,
+    workerId: string,
+    now: number,
+    limit: number
+  ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
   readonly retry: (fence: Fence, runAt: number, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly bury: (fence: Fence, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly heartbeat: (fence: Fence, claimedUntil: number) => Effect.Effect<boolean, SqlError>

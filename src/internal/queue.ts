@@ -4,7 +4,7 @@ import type * as Q from "../Queues.js"
 import { InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid, optionalDurationMillis } from "./duration.js"
-import { Engine, type EngineShape, type JobRow, type NewJob, onCommit } from "./engine.js"
+import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, onCommit } from "./engine.js"
 import { causeText, failureText } from "./errorText.js"
 import { checkName } from "./names.js"
 import {
@@ -64,6 +64,11 @@ const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
   Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
 
+/** A handle with its fence, for the queue's own fused operations. */
+interface ClaimHandle<A> extends Q.JobHandle<A> {
+  readonly fence: Fence
+}
+
 /**
  * The outcome of a handler on its claim: success acks, interruption alone
  * releases (no attempt spent), any other failure or defect retries on the
@@ -93,10 +98,11 @@ export const makeQueue = <A>(
   const now = Clock.currentTimeMillis
   const signal = (count: number) => onCommit(engine, () => engine.wake.signal(name, count))
 
-  const makeHandle = (row: JobRow, payload: A): Q.JobHandle<A> => {
+  const makeHandle = (row: JobRow, payload: A): ClaimHandle<A> => {
     const fence = { id: row.id, token: row.claim_token }
     const bury = (error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
     return {
+      fence,
       job: toJob(row, payload),
       ack: storage.ack(fence),
       retry: (error, delay) =>
@@ -127,7 +133,7 @@ export const makeQueue = <A>(
 
   /** Handles for claimed rows; a row that fails its Schema goes to dead with the decode error. */
   const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
-    const handles: Array<Q.JobHandle<A>> = []
+    const handles: Array<ClaimHandle<A>> = []
     const undecodable: Array<[JobRow, InvalidPayload]> = []
     for (const row of rows) {
       const payload = codec.decode(row.payload)
@@ -142,12 +148,12 @@ export const makeQueue = <A>(
     )
   }
 
-  const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError> =>
+  const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
       const at = nowOf(fiber)
       const round = (
-        collected: ReadonlyArray<Q.JobHandle<A>>
-      ): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError> =>
+        collected: ReadonlyArray<ClaimHandle<A>>
+      ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
         storage.claim(name, workerId, at, n - collected.length).pipe(
           Effect.flatMap((rows) => toHandles(rows, at)),
           Effect.flatMap(({ buried, handles }) => {
@@ -166,7 +172,7 @@ export const makeQueue = <A>(
     workerId: string,
     n: number,
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
-  ): Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, Q.WaitError> =>
+  ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
     Effect.gen(function*() {
       while (true) {
         const ticket = engine.wake.ticket(name)
@@ -188,6 +194,15 @@ export const makeQueue = <A>(
       }
     })
 
+  const ackThenClaim = (handle: ClaimHandle<A>, workerId: string) =>
+    Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
+      const at = nowOf(fiber)
+      return storage.ackAndClaim(handle.fence, name, workerId, at, 1).pipe(
+        Effect.flatMap(({ rows }) => toHandles(rows, at)),
+        Effect.map(({ handles }) => Option.fromNullable(handles[0]))
+      )
+    })
+
   const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
     const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
     const beat = handle.heartbeat().pipe(
@@ -196,6 +211,42 @@ export const makeQueue = <A>(
     )
     return Effect.raceFirst(effect, Effect.zipRight(Effect.delay(beat, every), Effect.never))
   }
+
+  const process = <E, R>(
+    workerId: string,
+    handler: (job: Q.Job<A>, handle: Q.JobHandle<A>) => Effect.Effect<void, E, R>,
+    opts?: Q.ProcessOpts
+  ): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
+    Effect.gen(function*() {
+      yield* checkWorker(workerId)
+      const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
+      const worker = Effect.uninterruptibleMask((restore) => {
+        // Runs one claim; after a success, acks it and claims the next in one transaction.
+        const runOne = (handle: ClaimHandle<A>): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
+          const run = restore(Effect.suspend(() => handler(handle.job, handle)))
+          return Effect.flatMap(
+            Effect.exit(opts?.heartbeat === true ? withHeartbeat(handle, run) : run),
+            (exit) => Exit.isSuccess(exit) ? ackThenClaim(handle, workerId) : Effect.as(settle(handle, exit), Option.none())
+          )
+        }
+        // A claim in hand always runs (or is released, when interrupted); with
+        // none, `restore(Effect.void)` is where a pending interruption stops the
+        // worker before it claims again.
+        const loop = (next: Option.Option<ClaimHandle<A>>): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
+          Option.isSome(next)
+            ? Effect.flatMap(runOne(next.value), loop)
+            : restore(Effect.void).pipe(
+              Effect.zipRight(takeUpTo(workerId, 1, restore)),
+              Effect.flatMap((handles) => runOne(handles[0]!)),
+              Effect.flatMap(loop)
+            )
+        return loop(Option.none())
+      })
+      return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
+        concurrency: "unbounded",
+        discard: true
+      }).pipe(Effect.zipRight(Effect.never))
+    }).pipe(Effect.withSpan("Queue.process", { attributes: { queue: name, workerId } }))
 
   const insert = (jobs: ReadonlyArray<NewJob>) =>
     jobs.length === 1 ? storage.insert(jobs) : engine.transaction(storage.insert(jobs))
@@ -265,24 +316,7 @@ export const makeQueue = <A>(
           Effect.uninterruptibleMask((restore) => takeUpTo(workerId, batch, restore))
         ).pipe(Stream.flattenIterables)
       })),
-    process: (workerId, handler, opts) =>
-      Effect.gen(function*() {
-        yield* checkWorker(workerId)
-        const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
-        const worker = Effect.uninterruptibleMask((restore) =>
-          Effect.flatMap(takeUpTo(workerId, 1, restore), ([handle]) => {
-            const run = restore(Effect.suspend(() => handler(handle!.job, handle!)))
-            return Effect.flatMap(
-              Effect.exit(opts?.heartbeat === true ? withHeartbeat(handle!, run) : run),
-              (exit) => settle(handle!, exit)
-            )
-          })
-        ).pipe(Effect.forever)
-        return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
-          concurrency: "unbounded",
-          discard: true
-        }).pipe(Effect.zipRight(Effect.never))
-      }).pipe(Effect.withSpan("Queue.process", { attributes: { queue: name, workerId } })),
+    process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
     cancel: (id) => storage.cancel(name, id),
     stats: Effect.gen(function*() {

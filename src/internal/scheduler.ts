@@ -93,13 +93,29 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       return removed
     }).pipe(Effect.withSpan("Scheduler.unschedule", { attributes: { name } }))
 
+  /**
+   * The soonest boundary, read without the write lock: a wake with nothing
+   * due (another process's commit, this runner's own renewal, the fallback
+   * poll) then costs one read instead of a `BEGIN IMMEDIATE` that contends
+   * with every writer. Losing the lease meanwhile is the renewal's to notice,
+   * and no tick ever fires without its own fenced re-check.
+   */
+  const peek = Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const next = yield* engine.schedules.nextFireAt
+    return { now, next, due: Option.exists(next, (at) => at <= now) }
+  })
+
   /** Ticks until the lease is found gone; each wait ends at the next boundary, maintenance, or a change. */
   const lead = (owner: string, token: number) =>
     Effect.gen(function*() {
       let maintenanceAt = yield* Clock.currentTimeMillis
+      let first = true
       while (true) {
         const ticket = engine.wake.ticket(registrationsTopic)
-        const result = yield* tick(engine, owner, token)
+        const peeked = first ? undefined : yield* peek
+        first = false
+        const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
         if (result === undefined) {
           ticket.cancel()
           return yield* new LeadershipLost({ owner })
@@ -133,7 +149,9 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       (lease) =>
         Effect.raceFirst(
           lead(owner, lease.token),
-          keepRenewed(lease, settings.leaderRenewMillis * 3).pipe(
+          // `keepRenewed` renews every third of what it is given; never less often than
+          // three times per lease, so a short `leaderTtl` alone cannot lapse the lease.
+          keepRenewed(lease, Math.min(settings.leaderRenewMillis * 3, settings.leaderTtlMillis)).pipe(
             Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
           )
         ),

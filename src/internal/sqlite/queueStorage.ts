@@ -177,9 +177,13 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
     Effect.map(db.all(text, [...head, fence.id, fence.token]), changed)
 
+  const ack = (fence: Fence) => Effect.map(db.all(sql.ack, [fence.id, fence.token]), changed)
+
   return {
     insert,
     claim,
+    ackAndClaim: (fence, queue, workerId, now, limit) =>
+      db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
     hasClaimable: (queue, now) =>
       Effect.map(
         db.all<{ any: number }>(sql.anyClaimable, [queue, queue, now, queue, now]),
@@ -190,7 +194,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         db.all<{ a: number | null; b: number | null }>(nextDeadlineSql.text, nextDeadlineSql.bind([queue, now])),
         (rows) => Option.fromNullable(minOf(rows[0]?.a ?? null, rows[0]?.b ?? null))
       ),
-    ack: (fence) => Effect.map(db.all(sql.ack, [fence.id, fence.token]), changed),
+    ack,
     retry: (fence, runAt, now, error) => fenced(sql.retry, [runAt, now, runAt, error ?? null], fence),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
