@@ -489,6 +489,22 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* Fiber.interrupt(leader)
         }).pipe(Effect.provide(engine.store({ leaderTtl: "3 seconds", leaderRenewEvery: "1 second" }))))
 
+      it.effect("a lease ttl shorter than the renewal cadence is still renewed in time", () =>
+        Effect.gen(function*() {
+          const scheduler = yield* Scheduler.Scheduler
+          yield* scheduler.schedule("tick", "@every 5s", "short-lease", {})
+          const leader = yield* Effect.fork(scheduler.runSchedules)
+          yield* settle
+          const first = Option.getOrThrow(yield* leaderLease)
+          yield* TestClock.adjust("20 seconds")
+          const later = Option.getOrThrow(yield* leaderLease)
+          expect(later.owner).toBe(first.owner)
+          expect(later.token).toBe(first.token)
+          expect(Option.isNone(yield* Fiber.poll(leader))).toBe(true)
+          expect(yield* firedAt("short-lease")).toEqual([5 * second, 10 * second, 15 * second, 20 * second])
+          yield* Fiber.interrupt(leader)
+        }).pipe(Effect.provide(engine.store({ leaderTtl: "1 second" }))))
+
       it.effect("a runner whose lease is stolen fails with LeadershipLost before its next tick", () =>
         Effect.gen(function*() {
           const scheduler = yield* Scheduler.Scheduler
