@@ -3,8 +3,12 @@
  * database file, then prints a single `RESULT {json}` line and exits.
  *
  *   node --import tsx bench/child.ts <contender> <workload> <dbfile> <sizes-json>
+ *
+ * bench/run.ts normally runs a per-contender esbuild bundle of this file
+ * instead (bench/.cache/child-<contender>.mjs): same code, but no per-child
+ * TypeScript loader and module-resolution cost (~2 s per Effect-based child).
  */
-import { contenders } from "./contenders/index.js"
+import { loadContender } from "./contenders/index.js"
 import type { ChildResult, Sizes, WorkloadId } from "./workloads.js"
 
 const [name, workload, file, sizesJson] = process.argv.slice(2)
@@ -12,13 +16,9 @@ if (!name || !workload || !file || !sizesJson) {
   console.error("usage: child.ts <contender> <workload> <dbfile> <sizes-json>")
   process.exit(2)
 }
-const contender = contenders.find((c) => c.name === name)
-if (!contender) {
-  console.error(`unknown contender ${name}`)
-  process.exit(2)
-}
 
 try {
+  const contender = await loadContender(name)
   const sizes = JSON.parse(sizesJson) as Sizes
   const result = await contender.run(workload as WorkloadId, { file, sizes })
   const out: ChildResult = { ...result, maxRssMB: process.resourceUsage().maxRSS / 1024 }

@@ -12,10 +12,14 @@ export interface Sample {
   readonly usPerOp: number
   readonly maxRssMB: number
   readonly wallMs: number
-  readonly error?: string
-  readonly pragmas?: Record<string, string | number>
-  readonly sqliteVersion?: string
-  readonly notes?: ReadonlyArray<string>
+  /** 1-minute load average when the child ended (other work on the machine shows here) */
+  readonly load1: number
+  /** whether the machine was quiet (nothing else runnable) when the child started */
+  readonly quietStart?: boolean | undefined
+  readonly error?: string | undefined
+  readonly pragmas?: Record<string, string | number> | undefined
+  readonly sqliteVersion?: string | undefined
+  readonly notes?: ReadonlyArray<string> | undefined
 }
 
 export interface Spread {
@@ -28,7 +32,7 @@ export interface Spread {
 export const median = (xs: ReadonlyArray<number>): number => {
   const s = [...xs].sort((a, b) => a - b)
   const m = s.length >> 1
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
 }
 
 export const spread = (xs: ReadonlyArray<number>): Spread | undefined =>
@@ -38,12 +42,12 @@ export interface Cell {
   readonly contender: Contender
   readonly workload: WorkloadDef
   readonly sizes: Sizes
-  readonly na?: string
+  readonly na?: string | undefined
   readonly samples: ReadonlyArray<Sample>
-  readonly throughput?: Spread
+  readonly throughput?: Spread | undefined
   /** paired: per round, this / raw (rawRef) in the same round */
-  readonly ratio?: Spread
-  readonly rss?: Spread
+  readonly ratio?: Spread | undefined
+  readonly rss?: Spread | undefined
   readonly errors: ReadonlyArray<string>
 }
 
@@ -112,7 +116,7 @@ export const sizeNote = (cell: Cell, base: Sizes): string => {
 /** A fixed-width console table. */
 export const textTable = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>): string => {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
-  const line = (r: ReadonlyArray<string>) => r.map((c, i) => (c ?? "").padEnd(widths[i])).join("  ").trimEnd()
+  const line = (r: ReadonlyArray<string>) => r.map((c, i) => (c ?? "").padEnd(widths[i] ?? 0)).join("  ").trimEnd()
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n")
 }
 
@@ -138,7 +142,11 @@ const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replac
  * Horizontal bar chart of the paired ratios (contender / raw, log scale),
  * median as the bar, min–max as a whisker, grouped by workload.
  */
-export const ratiosSvg = (cells: ReadonlyArray<Cell>, title: string): string => {
+export const ratiosSvg = (
+  cells: ReadonlyArray<Cell>,
+  title: string,
+  goals: Partial<Record<WorkloadId, number>> = {}
+): string => {
   const groups = new Map<string, Array<Cell>>()
   for (const c of cells) {
     if (!c.ratio) continue
@@ -156,7 +164,7 @@ export const ratiosSvg = (cells: ReadonlyArray<Cell>, title: string): string => 
   const barH = 14
   const gap = 4
   const groupGap = 12
-  const top = 56
+  const top = 72
   const x = (r: number) => labelW + ((Math.log10(r) - minExp) / (maxExp - minExp)) * plotW
   const out: Array<string> = []
   let y = top
@@ -175,7 +183,13 @@ export const ratiosSvg = (cells: ReadonlyArray<Cell>, title: string): string => 
         `<line x1="${x(r.min).toFixed(1)}" x2="${x(r.min).toFixed(1)}" y1="${y + 3}" y2="${y + barH - 3}" stroke="#111"/>`,
         `<line x1="${x(r.max).toFixed(1)}" x2="${x(r.max).toFixed(1)}" y1="${y + 3}" y2="${y + barH - 3}" stroke="#111"/>`
       )
-      out.push(`<text x="${(x(Math.max(r.max, r.median)) + 6).toFixed(1)}" y="${y + 11}">${fmtRatio(r.median)}×</text>`)
+      const goal = c.contender.name === "alkstore" ? goals[c.workload.id] : undefined
+      if (goal !== undefined) {
+        out.push(
+          `<line x1="${x(goal).toFixed(1)}" x2="${x(goal).toFixed(1)}" y1="${y - 2}" y2="${y + barH + 2}" stroke="#dc2626" stroke-width="2" stroke-dasharray="3,2"/>`
+        )
+      }
+      out.push(`<text x="${(x(Math.max(r.max, r.median, goal ?? 0)) + 6).toFixed(1)}" y="${y + 11}">${fmtRatio(r.median)}×</text>`)
       y += barH + gap
     }
     y += groupGap
@@ -186,9 +200,10 @@ export const ratiosSvg = (cells: ReadonlyArray<Cell>, title: string): string => 
     for (const m of e === maxExp ? [1] : [1, 2, 5]) {
       const v = m * Math.pow(10, e)
       const xv = x(v).toFixed(1)
+      const labelled = m === 1 || e >= -1
       axis.push(
         `<line x1="${xv}" x2="${xv}" y1="${top - 6}" y2="${y}" stroke="${v === 1 ? "#dc2626" : "#e2e8f0"}" stroke-width="${v === 1 ? 1.5 : 1}"/>`,
-        `<text x="${xv}" y="${top - 10}" text-anchor="middle" fill="#475569">${v >= 1 ? v : v.toString()}×</text>`
+        labelled ? `<text x="${xv}" y="${top - 10}" text-anchor="middle" fill="#475569">${Number(v.toPrecision(1))}×</text>` : ""
       )
     }
   }
@@ -197,7 +212,8 @@ export const ratiosSvg = (cells: ReadonlyArray<Cell>, title: string): string => 
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="8" y="20" font-size="14" font-weight="bold">${esc(title)}</text>`,
-    `<text x="8" y="36" fill="#475569">throughput ÷ raw better-sqlite3 in the same round (log scale; bar = median, whisker = min–max; red line = 1×)</text>`,
+    `<text x="8" y="36" fill="#475569">throughput ÷ raw better-sqlite3 in the same round (log scale; bar = median, whisker = min–max; red line = 1×;</text>`,
+    `<text x="8" y="50" fill="#475569">dashed red tick on an alkstore bar = its issue-5 target)</text>`,
     ...axis,
     ...out,
     `</svg>`,

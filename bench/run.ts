@@ -9,19 +9,28 @@
  *
  * Environment:
  *   BENCH_REPS=n          rounds (default 5; 2 with BENCH_QUICK)
+ *   BENCH_HEAVY_REPS=n    rounds that also run the 1M-row workloads claim-1m and memory-1m
+ *                         (default min(2, BENCH_REPS): they dominate the run time)
  *   BENCH_QUICK=1         small sizes, for a smoke run
  *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline)
  *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added)
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
  *                         (default: docs/ for a full unfiltered run, else a tmp dir)
  *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
+ *   BENCH_BUNDLE=0        spawn children through tsx instead of per-contender esbuild bundles
+ *   BENCH_RENDER=file     re-render the Markdown/SVG from a benchmarks-samples.json (no measuring;
+ *                         use the same BENCH_QUICK/BENCH_REPS as the run that wrote it)
+ *   BENCH_QUIET_WAIT_S=n  before each child, wait up to n s (default 5) until no other process
+ *                         is runnable (Linux /proc/loadavg, 3 readings in a row), so a test suite
+ *                         running on the same machine disturbs fewer measurements (0 = don't wait)
+ *   BENCH_QUIET_BUDGET_S=n  total time the whole run may spend in those waits (default 60)
  */
 import { spawn, spawnSync } from "node:child_process"
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
-import { contenders as allContenders } from "./contenders/index.js"
+import { CONTENDER_NAMES, loadContender } from "./contenders/index.js"
 import type { Cell, Sample } from "./report.js"
 import {
   buildCell,
@@ -34,6 +43,7 @@ import {
   pairedUsRatio,
   ratiosSvg,
   sizeNote,
+  spread,
   textTable,
   usSpread
 } from "./report.js"
@@ -45,6 +55,10 @@ const ROOT = path.resolve(BENCH_DIR, "..")
 const env = process.env
 const QUICK = env.BENCH_QUICK === "1"
 const REPS = Number(env.BENCH_REPS ?? (QUICK ? 2 : 5))
+const HEAVY_REPS = Math.min(REPS, Number(env.BENCH_HEAVY_REPS ?? 2))
+const HEAVY: ReadonlySet<WorkloadId> = new Set(["claim-1m", "memory-1m"])
+const BUNDLE = env.BENCH_BUNDLE !== "0"
+const CACHE_DIR = path.join(BENCH_DIR, ".cache")
 const TIMEOUT_MS = Number(env.BENCH_TIMEOUT_S ?? 300) * 1000
 const BASE: Sizes = QUICK ? QUICK_SIZES : FULL_SIZES
 const only = (v: string | undefined) => (v ? new Set(v.split(",").map((s) => s.trim()).filter(Boolean)) : undefined)
@@ -53,32 +67,37 @@ const ONLY_WORKLOADS = only(env.BENCH_WORKLOADS)
 const FILTERED = ONLY_CONTENDERS !== undefined || ONLY_WORKLOADS !== undefined
 
 if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`BENCH_REPS must be a positive integer, got ${env.BENCH_REPS}`)
+if (!Number.isInteger(HEAVY_REPS) || HEAVY_REPS < 1) throw new Error(`BENCH_HEAVY_REPS must be a positive integer`)
 
 /**
- * Slow peers are scaled down so the whole run stays under 10 minutes on a
- * 2-core machine; per-op figures stay comparable, and the Markdown says so.
- * Their claim is O(pending) (no index serves their ORDER BY), so at 1M pending
- * a single claim costs a full scan.
+ * Slow peers are scaled down so the whole run stays within its time budget on
+ * a 2-core machine; their per-op figures stay comparable (and flatter than at
+ * full size: their claim is O(pending), no index serves their ORDER BY), and
+ * the Markdown lists every scaled size.
  */
 const PEER_SCALE: Record<string, Partial<Record<WorkloadId, Partial<Sizes>>>> = QUICK
   ? {
-    "effect-pq": { "claim-1m": { claimOps: 20 } },
-    liteque: { "claim-1m": { claimOps: 20 } }
+    "effect-pq": { "claim-1m": { claimOps: 20, warmupOps: 5 } },
+    liteque: { "claim-1m": { claimOps: 20, warmupOps: 5 }, "claim-dead100k": { claimOps: 50, warmupOps: 10 } }
   }
   : {
     "effect-pq": {
-      "drain-1": { drainJobs: 5_000 },
+      "enqueue-1tx": { enqueueJobs: 5_000 },
+      "enqueue-100tx": { enqueueJobs: 5_000 },
+      "drain-1": { drainJobs: 2_000 },
       "drain-batch100": { drainJobs: 5_000 },
-      "claim-1k": { claimOps: 1_000 },
-      "claim-dead100k": { claimOps: 1_000 },
-      "claim-1m": { claimOps: 20 }
+      "claim-1k": { claimOps: 500, warmupOps: 100 },
+      "claim-dead100k": { claimOps: 500, warmupOps: 100 },
+      "claim-1m": { claimLarge: 200_000, claimOps: 20, warmupOps: 5 }
     },
     liteque: {
-      "drain-1": { drainJobs: 5_000 },
-      "drain-1-process": { drainJobs: 5_000 },
-      "claim-1k": { claimOps: 1_000 },
-      "claim-dead100k": { claimOps: 1_000 },
-      "claim-1m": { claimOps: 20 }
+      "enqueue-1tx": { enqueueJobs: 5_000 },
+      "enqueue-100tx": { enqueueJobs: 5_000 },
+      "drain-1": { drainJobs: 2_000 },
+      "drain-1-process": { drainJobs: 2_000 },
+      "claim-1k": { claimOps: 500, warmupOps: 100 },
+      "claim-dead100k": { claimOps: 100, warmupOps: 20 },
+      "claim-1m": { claimLarge: 200_000, claimOps: 20, warmupOps: 5 }
     }
   }
 
@@ -101,7 +120,10 @@ const npmInstall = (prefix: string): string | undefined => {
 
 const ensureDeps = (): Map<string, string> => {
   const unavailable = new Map<string, string>()
-  if (!existsSync(path.join(BENCH_DIR, "node_modules/plainjob/package.json"))) {
+  if (
+    !existsSync(path.join(BENCH_DIR, "node_modules/plainjob/package.json")) ||
+    !existsSync(path.join(BENCH_DIR, "node_modules/esbuild/package.json"))
+  ) {
     const err = npmInstall(BENCH_DIR)
     if (err) unavailable.set("plainjob", err)
   }
@@ -119,16 +141,87 @@ const ensureDeps = (): Map<string, string> => {
 
 // ---------- children ----------
 
+/**
+ * One esbuild bundle of bench/child.ts per contender (the other contenders'
+ * modules stay external and are never loaded; better-sqlite3 is native and
+ * stays external too). Returns the bundle path, or undefined to fall back to
+ * tsx (e.g. while src/ does not compile).
+ */
+const bundleChild = async (name: string): Promise<string | undefined> => {
+  if (!BUNDLE) return undefined
+  const outfile = path.join(CACHE_DIR, `child-${name}.mjs`)
+  try {
+    const esbuild = await import("esbuild")
+    await esbuild.build({
+      entryPoints: [path.join(BENCH_DIR, "child.ts")],
+      outfile,
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      target: "node20",
+      external: ["better-sqlite3"],
+      banner: { js: `import { createRequire as __alkCreateRequire } from "node:module"; const require = __alkCreateRequire(import.meta.url);` },
+      logLevel: "silent",
+      plugins: [{
+        name: "one-contender",
+        setup(build) {
+          build.onResolve({ filter: /^\.\/[a-z-]+\.js$/ }, (args) => {
+            if (!args.importer.endsWith(path.join("contenders", "index.ts"))) return undefined
+            return args.path === `./${name}.js` ? undefined : { path: args.path, external: true }
+          })
+        }
+      }]
+    })
+    return outfile
+  } catch (e) {
+    const msg = e instanceof Error ? e.message.split("\n").slice(0, 3).join(" ") : String(e)
+    console.log(`(could not bundle the ${name} child, using tsx for it: ${msg})`)
+    return undefined
+  }
+}
+
+const QUIET_WAIT_MS = Number(env.BENCH_QUIET_WAIT_S ?? 5) * 1000
+let quietBudgetMs = Number(env.BENCH_QUIET_BUDGET_S ?? 60) * 1000
+
+/** Runnable tasks right now, this process included (Linux), or undefined. */
+const runnableTasks = (): number | undefined => {
+  try {
+    const field = readFileSync("/proc/loadavg", "utf8").split(" ")[3]
+    return field === undefined ? undefined : Number(field.split("/")[0])
+  } catch {
+    return undefined
+  }
+}
+
+/** Waits (bounded) until nothing else wants the CPU; true if it got quiet. */
+const waitQuiet = async (): Promise<boolean> => {
+  const t0 = performance.now()
+  const limit = Math.min(QUIET_WAIT_MS, Math.max(0, quietBudgetMs))
+  let quiet = 0
+  try {
+    do {
+      const n = runnableTasks()
+      if (n === undefined) return true
+      quiet = n <= 1 ? quiet + 1 : 0
+      if (quiet >= 3) return true
+      await new Promise((r) => setTimeout(r, 50))
+    } while (performance.now() - t0 < limit)
+    return false
+  } finally {
+    quietBudgetMs -= performance.now() - t0
+  }
+}
+
 const dbFiles = (file: string) => [file, `${file}-wal`, `${file}-shm`, `${file}-journal`]
 
-const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number): Promise<Sample> =>
+const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bundle: string | undefined): Promise<Sample> =>
   new Promise((resolve) => {
     const file = path.join(os.tmpdir(), `alkstore-bench-${process.pid}-${c.name}-${w}-${round}-${Date.now()}.db`)
     for (const f of dbFiles(file)) rmSync(f, { force: true })
     const t0 = performance.now()
     const child = spawn(
       process.execPath,
-      ["--import", "tsx", path.join(BENCH_DIR, "child.ts"), c.name, w, file, JSON.stringify(sizes)],
+      [...(bundle ? [bundle] : ["--import", "tsx", path.join(BENCH_DIR, "child.ts")]), c.name, w, file, JSON.stringify(sizes)],
       { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] }
     )
     let out = ""
@@ -141,7 +234,7 @@ const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number): Pro
       for (const f of dbFiles(file)) rmSync(f, { force: true })
       const wallMs = performance.now() - t0
       const line = out.split("\n").find((l) => l.startsWith("RESULT "))
-      const base = { round, contender: c.name, workload: w, wallMs }
+      const base = { round, contender: c.name, workload: w, wallMs, load1: os.loadavg()[0] ?? 0 }
       if (code === 0 && line) {
         const r = JSON.parse(line.slice(7)) as ChildResult
         resolve({
@@ -169,13 +262,17 @@ interface Planned {
   readonly contender: Contender
   readonly workload: WorkloadDef
   readonly sizes: Sizes
-  readonly na?: string
+  readonly na?: string | undefined
 }
 
 const main = async () => {
   const started = performance.now()
   const unavailable = ensureDeps()
-  const contenders = allContenders.filter((c) => !ONLY_CONTENDERS || ONLY_CONTENDERS.has(c.name) || c.name === "raw")
+  const names = CONTENDER_NAMES.filter((n) => !ONLY_CONTENDERS || ONLY_CONTENDERS.has(n) || n === "raw")
+  const contenders = await Promise.all(names.map(loadContender))
+  mkdirSync(CACHE_DIR, { recursive: true })
+  const bundles = new Map<string, string | undefined>()
+  for (const c of contenders) if (!unavailable.has(c.name)) bundles.set(c.name, await bundleChild(c.name))
   const wanted = new Set<WorkloadId>()
   for (const w of WORKLOADS) {
     if (ONLY_WORKLOADS && !ONLY_WORKLOADS.has(w.id)) continue
@@ -195,32 +292,40 @@ const main = async () => {
       plan.push({ contender: c, workload: w, sizes: sizesFor(c, w.id), na })
     }
   }
-  const runnable = plan.filter((p) => p.na === undefined)
+  const toRun = plan.filter((p) => p.na === undefined)
   console.log(
-    `alkstore bench: ${REPS} rounds × ${runnable.length} runs (${QUICK ? "QUICK sizes" : "full sizes"}), ` +
+    `alkstore bench: ${REPS} rounds (the 1M-row workloads in ${HEAVY_REPS}) × ${toRun.length} runs ` +
+      `(${QUICK ? "QUICK sizes" : "full sizes"}, children ${BUNDLE ? "bundled" : "via tsx"}), ` +
       `contenders: ${contenders.map((c) => c.name).join(", ")}`
   )
 
-  const samples: Array<Sample> = []
-  for (let round = 1; round <= REPS; round++) {
+  const rendered = env.BENCH_RENDER
+    ? (JSON.parse(readFileSync(env.BENCH_RENDER, "utf8")) as { samples: Array<Sample>; totalS: number })
+    : undefined
+  if (rendered) console.log(`re-rendering ${env.BENCH_RENDER} (no measurements)`)
+  const samples: Array<Sample> = rendered?.samples ?? []
+  for (let round = 1; !rendered && round <= REPS; round++) {
     for (const w of workloads) {
-      const row = runnable.filter((p) => p.workload.id === w.id)
+      if (HEAVY.has(w.id) && round > HEAVY_REPS) continue
+      const row = toRun.filter((p) => p.workload.id === w.id)
       // rotate the order each round so no contender always runs first/last
-      const order = row.map((_, i) => row[(i + round - 1) % row.length])
+      const order = row.map((_, i) => row[(i + round - 1) % row.length]!)
       for (const p of order) {
-        const s = await runChild(p.contender, w.id, p.sizes, round)
+        const quiet = await waitQuiet()
+        const s = { ...(await runChild(p.contender, w.id, p.sizes, round, bundles.get(p.contender.name))), quietStart: quiet }
         samples.push(s)
         const elapsed = ((performance.now() - started) / 1000).toFixed(0)
         console.log(
           `[${elapsed.padStart(4)} s] round ${round}/${REPS}  ${w.id.padEnd(16)} ${p.contender.name.padEnd(10)} ` +
             (s.ok
               ? `${fmtOps(s.opsPerSec).padStart(8)} ops/s  ${fmtUs(s.usPerOp).padStart(9)}/op  rss ${s.maxRssMB.toFixed(0)} MB  (child ${(s.wallMs / 1000).toFixed(1)} s)`
-              : `FAILED: ${s.error}`)
+              : `FAILED: ${s.error}`) +
+            (quiet ? "" : "  [machine busy at start]")
         )
       }
     }
   }
-  const totalS = (performance.now() - started) / 1000
+  const totalS = rendered?.totalS ?? (performance.now() - started) / 1000
 
   const cells: Array<Cell> = plan.map((p) => buildCell(p.contender, p.workload, p.sizes, p.na, samples))
   const outDir = env.BENCH_OUT
@@ -232,18 +337,36 @@ const main = async () => {
 
   const results = resultRows(cells)
   console.log("\n" + textTable(results.header, results.rows))
-  const flat = flatnessRows(contenders, samples)
+  const flat = flatnessRows(cells, contenders, samples)
   console.log("\n" + textTable(flat.header, flat.rows))
   const targets = targetRows(cells, samples)
   console.log("\nissue-5 targets (alkstore):\n" + textTable(targets.header, targets.rows))
 
   const svgName = "benchmarks-ratios.svg"
-  writeFileSync(path.join(outDir, svgName), ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`))
+  writeFileSync(
+    path.join(outDir, svgName),
+    ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`, RATIO_GOALS)
+  )
   writeFileSync(path.join(outDir, "benchmarks.md"), markdown(cells, samples, contenders, unavailable, totalS, svgName))
+  if (!rendered) {
+    const raw = { reps: REPS, heavyReps: HEAVY_REPS, quick: QUICK, totalS, sizes: BASE, samples }
+    writeFileSync(path.join(outDir, "benchmarks-samples.json"), JSON.stringify(raw, null, 1) + "\n")
+  }
   console.log(`\nwrote ${path.join(outDir, "benchmarks.md")} and ${svgName} (total ${totalS.toFixed(0)} s)`)
 }
 
 // ---------- tables ----------
+
+/** issue-5 throughput targets for alkstore, as ratios vs raw */
+const RATIO_GOALS: Partial<Record<WorkloadId, number>> = {
+  "enqueue-1tx": 0.8,
+  "enqueue-100tx": 0.8,
+  "enqueue-batch100": 0.8,
+  "drain-1": 1.0,
+  "drain-1-process": 1.0,
+  "drain-batch100": 0.5,
+  "drain-stream100": 0.5
+}
 
 const resultRows = (cells: ReadonlyArray<Cell>) => {
   const header = ["workload", "contender", "median ops/s", "min–max ops/s", "ratio vs raw", "ratio min–max", "notes"]
@@ -269,7 +392,7 @@ const resultRows = (cells: ReadonlyArray<Cell>) => {
   return { header, rows }
 }
 
-const flatnessRows = (contenders: ReadonlyArray<Contender>, samples: ReadonlyArray<Sample>) => {
+const flatnessRows = (cells: ReadonlyArray<Cell>, contenders: ReadonlyArray<Contender>, samples: ReadonlyArray<Sample>) => {
   const header = [
     "contender",
     "µs/claim+ack @1k",
@@ -278,11 +401,21 @@ const flatnessRows = (contenders: ReadonlyArray<Contender>, samples: ReadonlyArr
     "@1M ÷ @1k (paired)",
     "min–max",
     "dead ÷ @1k (paired)",
-    "min–max"
+    "min–max",
+    "notes"
   ]
   const rows = contenders.map((c) => {
     const r1m = pairedUsRatio(samples, c.name, "claim-1m", "claim-1k")
     const rdead = pairedUsRatio(samples, c.name, "claim-dead100k", "claim-1k")
+    const cellOf = (w: WorkloadId) => cells.find((x) => x.contender.name === c.name && x.workload.id === w)
+    const large = cellOf("claim-1m")?.sizes.claimLarge
+    const notes = [
+      large !== undefined && large !== BASE.claimLarge ? `"@1M" measured at ${large.toLocaleString("en-US")} pending` : "",
+      ...(["claim-1k", "claim-1m", "claim-dead100k"] as const).map((w) => {
+        const cell = cellOf(w)
+        return cell?.na ? `${w} n/a: ${cell.na}` : cell && cell.sizes.claimOps !== BASE.claimOps ? `${w}: ${cell.sizes.claimOps} claims` : ""
+      })
+    ].filter(Boolean).join("; ")
     return [
       c.name,
       fmtSpread(usSpread(samples, c.name, "claim-1k"), fmtUs),
@@ -291,7 +424,8 @@ const flatnessRows = (contenders: ReadonlyArray<Contender>, samples: ReadonlyArr
       fmtSpread(r1m, fmtRatio, "×"),
       fmtRange(r1m, fmtRatio),
       fmtSpread(rdead, fmtRatio, "×"),
-      fmtRange(rdead, fmtRatio)
+      fmtRange(rdead, fmtRatio),
+      notes
     ]
   })
   return { header, rows }
@@ -321,6 +455,20 @@ const targetRows = (cells: ReadonlyArray<Cell>, samples: ReadonlyArray<Sample>) 
 
 // ---------- markdown ----------
 
+const loadNote = (samples: ReadonlyArray<Sample>): string => {
+  const loads = spread(samples.map((s) => s.load1))
+  if (!loads) return ""
+  const cores = os.cpus().length
+  const busy = loads.max > cores
+  const notQuiet = samples.filter((s) => s.quietStart === false).length
+  return `1-minute load average at the end of each child: median ${loads.median.toFixed(2)}, max ${loads.max.toFixed(2)} on ${cores} cores; ` +
+    `${notQuiet} of ${samples.length} children started while other processes were runnable (after waiting up to ${QUIET_WAIT_MS / 1000} s).` +
+    (busy
+      ? ` **Other work was running on the machine during this run** (load above the core count): single runs are noisy;
+trust the medians and paired ratios more than the min–max.`
+      : "")
+}
+
 const pkgVersion = (rel: string): string | undefined => {
   try {
     const pj = JSON.parse(readFileSync(path.join(ROOT, rel), "utf8")) as { name: string; version: string }
@@ -340,7 +488,7 @@ const markdown = (
 ): string => {
   const cpus = os.cpus()
   const results = resultRows(cells)
-  const flat = flatnessRows(contenders, samples)
+  const flat = flatnessRows(cells, contenders, samples)
   const targets = targetRows(cells, samples)
   const perContender = contenders.map((c) => {
     const ok = samples.filter((s) => s.ok && s.contender === c.name)
@@ -360,19 +508,23 @@ const markdown = (
   const scaled = cells.filter((c) => !c.na && sizeNote(c, BASE))
   const naCells = cells.filter((c) => c.na && c.contender.name !== "raw")
   const s = BASE
+  const childMode = BUNDLE
+    ? "run as a per-contender esbuild bundle in `bench/.cache/`, so a child does not pay ~2 s of TypeScript loading; `BENCH_BUNDLE=0` runs it through tsx"
+    : "run through tsx"
   return `# Benchmarks
 
 Issue 5: *close to raw SQLite, ahead of every peer, measured side by side.*
 
 Generated by \`${QUICK ? "BENCH_QUICK=1 " : ""}${env.BENCH_REPS ? `BENCH_REPS=${REPS} ` : ""}npm run bench\` on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC,
-${REPS} interleaved rounds, ${samples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: small sizes, smoke test only — not the issue-5 figures.**" : ""}
+${REPS} interleaved rounds (the 1M-row workloads \`claim-1m\` and \`memory-1m\` in the first ${HEAVY_REPS} of them:
+\`BENCH_HEAVY_REPS\`), ${samples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: small sizes, smoke test only — not the issue-5 figures.**" : ""}
 
 ![paired ratios vs raw](${svgName})
 
 ## Method
 
-- **One fresh child process per measurement** (\`node --import tsx bench/child.ts\`), on a **fresh WAL database
-  file** in \`os.tmpdir()\`, deleted afterwards. Setup (schema/migrations, preloading) is untimed; only the
+- **One fresh child process per measurement** (\`bench/child.ts\`, ${childMode}),
+  on a **fresh WAL database file** in \`os.tmpdir()\`, deleted afterwards. Setup (schema/migrations, preloading) is untimed; only the
   workload's loop is timed (\`performance.now()\`), and each contender checks afterwards that the work was really
   done (no live jobs left after a drain, the right number left after an enqueue or claim run).
 - **Interleaved rounds**: every round runs every workload for every contender (the contender order rotates per
@@ -391,6 +543,8 @@ ${REPS} interleaved rounds, ${samples.length} child runs, ${totalS.toFixed(0)} s
   enqueue and JSON.parse'd on claim, like a library does.
 
 ## Machine
+
+${loadNote(samples)}
 
 | | |
 | --- | --- |
@@ -414,8 +568,8 @@ ${WORKLOADS.filter((w) => cells.some((c) => c.workload.id === w.id)).map((w) => 
 
 Payload: \`{ n: i, to: "user@example.com" }\`.${scaled.length ? `
 
-Scaled down for slow peers (their per-op cost grows with the number of pending jobs, so their drain figures at
-5k jobs are *flattering* compared to 20k, and at 1M pending only a few claims fit in the time budget):
+Scaled down for slow peers to fit the time budget (their per-op cost grows with the number of pending jobs, so
+their figures at the smaller sizes *flatter* them; at 1M pending only a few claims fit):
 
 ${scaled.map((c) => `- ${c.contender.name} / \`${c.workload.id}\`: ${sizeNote(c, BASE)}`).join("\n")}` : ""}
 
@@ -446,6 +600,33 @@ ${mdTable(
 ## Issue-5 targets (alkstore)
 
 ${mdTable(targets.header, targets.rows)}
+
+## Peer notes
+
+- **plainjob**: ack = \`markJobAsDone\` (an UPDATE; done rows stay until its maintenance removes them after 7 days).
+  Its worker (\`defineWorker\`) also checks for due cron jobs on every iteration (one more \`BEGIN IMMEDIATE\`
+  per job), which is why \`drain-1-process\` is slower than its claim loop. "100 / tx" = \`db.transaction\` around
+  100 \`queue.add\`; the batch row is \`addMany\`.
+- **liteque**: runs on its own better-sqlite3 11.9.1 (SQLite 3.49.1): on better-sqlite3 12 its \`attemptDequeue\`
+  throws *"Transaction function cannot return a promise"* (it hands an async callback to drizzle's
+  better-sqlite3 transaction). On 11.x that transaction commits right after its first SELECT, so the claiming
+  UPDATE runs after the COMMIT (its claim is not atomic; harmless with one worker). Its schema has 9 single-column
+  indexes and no index serving its \`ORDER BY priority, createdAt\`, so a claim scans every due row. No batch
+  enqueue or batch claim. "100 / tx" = \`BEGIN IMMEDIATE\` … \`COMMIT\` on its connection around 100 awaited
+  \`enqueue\` calls. Preloads (untimed) go straight into its table with one \`INSERT … SELECT\` writing the
+  values \`enqueue\` writes.
+- **@effect/sql SqlPersistedQueue** (\`effect-pq\`): \`offer\` = one \`INSERT OR IGNORE\` with a random UUID key;
+  \`take(f)\` hands out rows claimed by a per-queue poller fiber (one \`UPDATE … RETURNING … ORDER BY updated_at
+  LIMIT <waiting takers>\`, which sorts every unclaimed row: O(pending) per claim) and marks the row completed
+  after \`f\` (rows are kept). No batch offer, no claim without a handler; "batched" = 100 concurrent \`take\`s,
+  which lets the poller claim up to 100 rows per statement. "100 / tx" = \`sql.withTransaction\` around 100
+  \`offer\`s. Preloads (untimed) go straight into its table (\`INSERT … SELECT\`); a dead row is one whose
+  attempts reached take's default \`maxAttempts\` (10).
+- **alkstore**: all workloads through the public API (\`src/index.ts\`), one \`Effect.runPromise\` per workload.
+  \`drain-1-process\` = \`process(worker, handler, { concurrency: 1 })\`, stopped once the handler saw every job and
+  \`stats\` shows nothing pending or claimed (the final \`stats\` polls are inside the timed region). Dead rows
+  for \`claim-dead100k\` are made through the API: \`enqueueBatch\` with \`expires: "1 millis"\`, then
+  \`Queues.maintenance\`.
 
 ## Not measured
 

@@ -29,6 +29,8 @@ export interface Sizes {
   readonly batch: number
   /** timed claim+ack operations in the claim-* workloads */
   readonly claimOps: number
+  /** untimed claim+ack operations before the timed ones (JIT warm-up) in the claim-* workloads */
+  readonly warmupOps: number
   /** pending jobs behind the timed claims in claim-1k and claim-dead100k */
   readonly claimSmall: number
   /** pending jobs behind the timed claims in claim-1m */
@@ -46,6 +48,7 @@ export const FULL_SIZES: Sizes = {
   drainJobs: 20_000,
   batch: 100,
   claimOps: 2_000,
+  warmupOps: 500,
   claimSmall: 1_000,
   claimLarge: 1_000_000,
   deadRows: 100_000,
@@ -58,6 +61,7 @@ export const QUICK_SIZES: Sizes = {
   drainJobs: 2_000,
   batch: 100,
   claimOps: 200,
+  warmupOps: 100,
   claimSmall: 1_000,
   claimLarge: 50_000,
   deadRows: 10_000,
@@ -78,7 +82,7 @@ export interface WorkloadDef {
    */
   readonly rawRef: WorkloadId
   /** only these contenders run it (undefined = all) */
-  readonly only?: ReadonlyArray<string>
+  readonly only?: ReadonlyArray<string> | undefined
 }
 
 export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
@@ -130,19 +134,20 @@ export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
   {
     id: "claim-1k",
     title: "claim+ack @1k pending",
-    description: (s) => `${s.claimOps} timed claim+ack with ${s.claimSmall} (+${s.claimOps}) pending jobs`,
+    description: (s) => `${s.warmupOps} untimed then ${s.claimOps} timed claim+ack with ${s.claimSmall} (+${s.claimOps}) pending jobs`,
     rawRef: "claim-1k"
   },
   {
     id: "claim-1m",
     title: "claim+ack @1M pending",
-    description: (s) => `${s.claimOps} timed claim+ack with ${s.claimLarge} (+${s.claimOps}) pending jobs`,
+    description: (s) => `${s.warmupOps} untimed then ${s.claimOps} timed claim+ack with ${s.claimLarge} (+${s.claimOps}) pending jobs`,
     rawRef: "claim-1m"
   },
   {
     id: "claim-dead100k",
     title: "claim+ack @1k + 100k dead",
-    description: (s) => `${s.claimOps} timed claim+ack with ${s.claimSmall} (+${s.claimOps}) pending jobs behind ${s.deadRows} dead rows`,
+    description: (s) =>
+      `${s.warmupOps} untimed then ${s.claimOps} timed claim+ack with ${s.claimSmall} (+${s.claimOps}) pending jobs behind ${s.deadRows} dead rows`,
     rawRef: "claim-dead100k"
   },
   {
@@ -176,9 +181,9 @@ export interface RunResult {
   /** duration of the timed region in milliseconds */
   readonly ms: number
   /** pragmas as read back from the connection the contender used */
-  readonly pragmas?: Record<string, string | number>
-  readonly sqliteVersion?: string
-  readonly notes?: ReadonlyArray<string>
+  readonly pragmas?: Record<string, string | number> | undefined
+  readonly sqliteVersion?: string | undefined
+  readonly notes?: ReadonlyArray<string> | undefined
 }
 
 /** What a child prints (as one JSON line prefixed with RESULT) */
@@ -192,7 +197,7 @@ export interface Contender {
   /** true = implemented; a string = n/a with that reason */
   readonly supports: Readonly<Record<WorkloadId, true | string>>
   /** per-workload size overrides for slow peers (reported in the output) */
-  readonly scale?: Partial<Record<WorkloadId, Partial<Sizes>>>
+  readonly scale?: Partial<Record<WorkloadId, Partial<Sizes>>> | undefined
   /** where its package.json lives (for the versions table) */
   readonly packages: ReadonlyArray<string>
   readonly run: (workload: WorkloadId, ctx: RunContext) => Promise<RunResult>

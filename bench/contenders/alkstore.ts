@@ -3,6 +3,7 @@
  * loop is ONE Effect run (Effect.runPromise once per workload).
  */
 import type { Contender, RunContext, RunResult, WorkloadId } from "../workloads.js"
+import type { EnqueueOpts } from "../../src/Queues.js"
 import { payload, range } from "../workloads.js"
 
 const QUEUE = "bench"
@@ -11,23 +12,22 @@ const WORKER = "w1"
 const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promise<RunResult> => {
   const { Effect, Option, Stream, Fiber, Ref, Deferred } = await import("effect")
   const { SqlClient } = await import("@effect/sql")
-  // Loaded by path so the harness still runs (and reports alkstore as failed) while src/ is in flux.
-  const alk: any = await import(new URL("../../src/index.js", import.meta.url).href)
-  const { SqliteStore, Queues } = alk
+  // Loaded lazily so the orchestrator can read this module's metadata even while src/ is in flux.
+  const { Queues, SqliteStore } = await import("../../src/index.js")
 
   const program = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const queues: any = yield* Queues.Queues
-    const q: any = yield* queues.queue(QUEUE)
+    const queues = yield* Queues.Queues
+    const q = yield* queues.queue(QUEUE)
     const notes: Array<string> = []
-    const [sync0] = yield* sql<{ synchronous: number }>`PRAGMA synchronous`
+    const sync0 = (yield* sql<{ synchronous: number }>`PRAGMA synchronous`)[0]!
     if (sync0.synchronous !== 1) {
       // the harness wants WAL + NORMAL everywhere; say so when the library left another level
       yield* sql`PRAGMA synchronous = NORMAL`
       notes.push(`library left synchronous=${sync0.synchronous}; harness set NORMAL`)
     }
 
-    const preload = (n: number, opts?: unknown) =>
+    const preload = (n: number, opts?: EnqueueOpts) =>
       Effect.gen(function*() {
         for (let i = 0; i < n; i += s.preloadChunk) {
           yield* q.enqueueBatch(range(Math.min(s.preloadChunk, n - i), i).map(payload), opts)
@@ -36,7 +36,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     const claimAck = (ops: number) =>
       Effect.gen(function*() {
         for (let i = 0; i < ops; i++) {
-          const h: any = yield* q.claim(WORKER)
+          const h = yield* q.claim(WORKER)
           if (Option.isNone(h)) return yield* Effect.die(new Error(`alkstore: queue empty after ${i}`))
           yield* h.value.ack
         }
@@ -45,7 +45,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
       Effect.gen(function*() {
         let done = 0
         while (done < total) {
-          const hs: ReadonlyArray<any> = yield* q.claimBatch(WORKER, s.batch)
+          const hs = yield* q.claimBatch(WORKER, s.batch)
           if (hs.length === 0) return yield* Effect.die(new Error(`alkstore: queue empty after ${done}`))
           yield* sql.withTransaction(Effect.forEach(hs, (h) => h.ack, { discard: true }))
           done += hs.length
@@ -54,7 +54,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     const waitIdle = Effect.gen(function*() {
       // process() acks after the handler returns: wait until nothing is pending or claimed
       while (true) {
-        const st: any = yield* q.stats
+        const st = yield* q.stats
         if (st.pending + st.claimed + st.scheduled === 0) return
         yield* Effect.sleep("1 millis")
       }
@@ -117,7 +117,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
         yield* preload(s.drainJobs)
         yield* start
         yield* q.stream(WORKER, { batch: s.batch }).pipe(
-          Stream.mapEffect((h: any) => h.ack),
+          Stream.mapEffect((h) => h.ack),
           Stream.take(s.drainJobs),
           Stream.runDrain
         )
@@ -130,10 +130,11 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
           // dead rows through the public API: expire them, then let maintenance move them to dead
           yield* preload(s.deadRows, { expires: "1 millis" })
           yield* Effect.sleep("5 millis")
-          const m: any = yield* queues.maintenance
+          const m = yield* queues.maintenance
           if (m.expired !== s.deadRows) notes.push(`maintenance expired ${m.expired} of ${s.deadRows}`)
         }
-        yield* preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps)
+        yield* preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps + s.warmupOps)
+        yield* claimAck(s.warmupOps)
         yield* sql`PRAGMA wal_checkpoint(TRUNCATE)`
         yield* start
         yield* claimAck(s.claimOps)
@@ -149,7 +150,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
         return yield* Effect.die(new Error(`alkstore: unsupported workload ${workload}`))
     }
     const ms = performance.now() - t0
-    const st: any = yield* q.stats
+    const st = yield* q.stats
     const live = st.pending + st.claimed + st.scheduled
     const expected = workload.startsWith("claim-")
       ? (workload === "claim-1m" ? s.claimLarge : s.claimSmall)
@@ -157,9 +158,9 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
       ? s.enqueueJobs
       : 0
     if (live !== expected) return yield* Effect.die(new Error(`alkstore: ${live} live jobs left, expected ${expected}`))
-    const [jm] = yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`
-    const [sy] = yield* sql<{ synchronous: number }>`PRAGMA synchronous`
-    const [v] = yield* sql<{ v: string }>`SELECT sqlite_version() AS v`
+    const jm = (yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`)[0]!
+    const sy = (yield* sql<{ synchronous: number }>`PRAGMA synchronous`)[0]!
+    const v = (yield* sql<{ v: string }>`SELECT sqlite_version() AS v`)[0]!
     return {
       ops,
       ms,
@@ -169,9 +170,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     } satisfies RunResult
   })
 
-  return Effect.runPromise(
-    program.pipe(Effect.provide(SqliteStore.layer({ filename: file })), Effect.scoped) as any
-  ) as Promise<RunResult>
+  return Effect.runPromise(program.pipe(Effect.provide(SqliteStore.layer({ filename: file })), Effect.scoped))
 }
 
 export const contender: Contender = {

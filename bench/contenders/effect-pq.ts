@@ -90,7 +90,8 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
       case "claim-1m":
       case "claim-dead100k":
         if (workload === "claim-dead100k") yield* preload(s.deadRows, 10)
-        yield* preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps)
+        yield* preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps + s.warmupOps)
+        yield* takeLoop(s.warmupOps)
         yield* sql`PRAGMA wal_checkpoint(TRUNCATE)`
         yield* start
         yield* takeLoop(s.claimOps)
@@ -101,12 +102,12 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     }
     const ms = performance.now() - t0
     if (workload.startsWith("drain")) {
-      const [{ c }] = yield* sql<{ c: number }>`SELECT count(*) AS c FROM effect_queue WHERE completed = 0`
+      const c = (yield* sql<{ c: number }>`SELECT count(*) AS c FROM effect_queue WHERE completed = 0`)[0]!.c
       if (c !== 0) return yield* Effect.die(new Error(`effect-pq: ${c} jobs not completed`))
     }
-    const [jm] = yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`
-    const [sy] = yield* sql<{ synchronous: number }>`PRAGMA synchronous`
-    const [v] = yield* sql<{ v: string }>`SELECT sqlite_version() AS v`
+    const jm = (yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`)[0]!
+    const sy = (yield* sql<{ synchronous: number }>`PRAGMA synchronous`)[0]!
+    const v = (yield* sql<{ v: string }>`SELECT sqlite_version() AS v`)[0]!
     return {
       ops,
       ms,

@@ -1,9 +1,27 @@
-/** The contender registry. Contender modules load their engines lazily inside run(). */
+/**
+ * The contender registry. Each contender module loads its engine lazily inside
+ * run(), so loading a module for its metadata is cheap. The loaders are
+ * literal dynamic imports so bench/run.ts can bundle a child per contender
+ * (the other contenders stay external and are never loaded).
+ */
 import type { Contender } from "../workloads.js"
-import { contender as alkstore } from "./alkstore.js"
-import { contender as effectPq } from "./effect-pq.js"
-import { contender as liteque } from "./liteque.js"
-import { contender as plainjob } from "./plainjob.js"
-import { contender as raw } from "./raw.js"
 
-export const contenders: ReadonlyArray<Contender> = [raw, alkstore, plainjob, liteque, effectPq]
+export const CONTENDER_NAMES = ["raw", "alkstore", "plainjob", "liteque", "effect-pq"] as const
+export type ContenderName = (typeof CONTENDER_NAMES)[number]
+
+export const loadContender = async (name: string): Promise<Contender> => {
+  switch (name) {
+    case "raw":
+      return (await import("./raw.js")).contender
+    case "alkstore":
+      return (await import("./alkstore.js")).contender
+    case "plainjob":
+      return (await import("./plainjob.js")).contender
+    case "liteque":
+      return (await import("./liteque.js")).contender
+    case "effect-pq":
+      return (await import("./effect-pq.js")).contender
+    default:
+      throw new Error(`unknown contender ${name}`)
+  }
+}

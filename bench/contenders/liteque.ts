@@ -87,7 +87,8 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     case "claim-1m":
     case "claim-dead100k": {
       if (workload === "claim-dead100k") preload(s.deadRows, "failed")
-      preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps)
+      preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps + s.warmupOps)
+      await claimAck(s.warmupOps)
       client.exec("PRAGMA wal_checkpoint(TRUNCATE)")
       start()
       await claimAck(s.claimOps)

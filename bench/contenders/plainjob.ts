@@ -98,7 +98,8 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
         preload(s.deadRows)
         db.prepare("UPDATE plainjob_jobs SET status = 3, failed_at = ?, error = 'boom'").run(Date.now())
       }
-      preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps)
+      preload((workload === "claim-1m" ? s.claimLarge : s.claimSmall) + s.claimOps + s.warmupOps)
+      claimAck(s.warmupOps)
       db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
       start()
       claimAck(s.claimOps)

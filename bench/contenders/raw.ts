@@ -156,7 +156,8 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
     case "claim-dead100k": {
       if (workload === "claim-dead100k") store.preload(s.deadRows, "dead")
       const pending = workload === "claim-1m" ? s.claimLarge : s.claimSmall
-      store.preload(pending + s.claimOps)
+      store.preload(pending + s.claimOps + s.warmupOps)
+      claimAck(store, s.warmupOps)
       store.db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
       start()
       claimAck(store, s.claimOps)
