@@ -54,6 +54,8 @@ export interface Fence {
 export interface QueueStorage {
   /** Inserts in one transaction, in input order; a live job's `key` returns its id instead. */
   readonly insert: (jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<number>, SqlError>
+  /** `insert` of one job (the hot path of every enqueue). */
+  readonly insertOne: (job: NewJob) => Effect.Effect<number, SqlError>
   /**
    * Claims up to `limit` claimable jobs in contract order. Due jobs that have
    * expired or spent their attempts move to dead on the way instead.
@@ -185,10 +187,11 @@ export interface EngineShape {
   /** A write transaction (SQLite: `BEGIN IMMEDIATE`), or a savepoint inside one. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   /**
-   * Runs `f` once the transaction open in `context` commits (at once when
-   * none is open). Synchronous so hot paths can call it from a fiber's context.
+   * Wakes `count` waiters of `topic` once the transaction open in `context`
+   * commits (at once when none is open; never when it rolls back).
+   * Synchronous so hot paths can call it from a fiber's context.
    */
-  readonly afterCommit: (context: Context.Context<never>, f: () => void) => void
+  readonly signal: (context: Context.Context<never>, topic: string, count: number) => void
   /** Wakes waiters: in-process signals plus the engine's cross-process feed. */
   readonly wake: WakeHub
   /** Unique per store instance: the default lock owner's prefix. */
@@ -198,9 +201,9 @@ export interface EngineShape {
 
 export class Engine extends Context.Tag("alkstore/internal/Engine")<Engine, EngineShape>() {}
 
-/** `engine.afterCommit` as an effect, in the calling fiber's transaction. */
-export const onCommit = (engine: EngineShape, f: () => void): Effect.Effect<void> =>
+/** `engine.signal` as an effect, in the calling fiber's transaction. */
+export const signalOnCommit = (engine: EngineShape, topic: string, count = 1): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => {
-    engine.afterCommit(fiber.currentContext, f)
+    engine.signal(fiber.currentContext, topic, count)
     return Effect.void
   })

@@ -4,7 +4,7 @@ import type * as Q from "../Queues.js"
 import { InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid, optionalDurationMillis } from "./duration.js"
-import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, onCommit } from "./engine.js"
+import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
 import { causeText, failureText } from "./errorText.js"
 import { checkName } from "./names.js"
 import {
@@ -96,7 +96,7 @@ export const makeQueue = <A>(
 ): Q.Queue<A> => {
   const storage = engine.queues
   const now = Clock.currentTimeMillis
-  const signal = (count: number) => onCommit(engine, () => engine.wake.signal(name, count))
+  const signal = (count: number) => signalOnCommit(engine, name, count)
 
   const makeHandle = (row: JobRow, payload: A): ClaimHandle<A> => {
     const fence = { id: row.id, token: row.claim_token }
@@ -248,50 +248,56 @@ export const makeQueue = <A>(
       }).pipe(Effect.zipRight(Effect.never))
     }).pipe(Effect.withSpan("Queue.process", { attributes: { queue: name, workerId } }))
 
-  const insert = (jobs: ReadonlyArray<NewJob>) =>
-    jobs.length === 1 ? storage.insert(jobs) : engine.transaction(storage.insert(jobs))
-
-  const enqueueResolved = (
-    resolved: ResolvedEnqueue,
-    payloads: ReadonlyArray<A>,
-    at: number
-  ): Effect.Effect<ReadonlyArray<number>, InvalidPayload | SqlError> => {
-    const jobs: Array<NewJob> = []
-    for (const payload of payloads) {
-      const encoded = codec.encode(payload)
-      if (typeof encoded !== "string") return Effect.fail(encoded)
-      jobs.push({ ...resolved, queue: name, payload: encoded, createdAt: at })
-    }
-    return Effect.withFiberRuntime<ReadonlyArray<number>, SqlError>((fiber) =>
-      Effect.map(insert(jobs), (ids) => {
-        engine.afterCommit(fiber.currentContext, () => engine.wake.signal(name, jobs.length))
-        return ids
-      })
-    )
-  }
+  const newJob = (resolved: ResolvedEnqueue, payload: string, at: number): NewJob => ({
+    queue: name,
+    payload,
+    createdAt: at,
+    priority: resolved.priority,
+    runAt: resolved.runAt,
+    maxAttempts: resolved.maxAttempts,
+    visibilityTimeoutMillis: resolved.visibilityTimeoutMillis,
+    backoffBaseMillis: resolved.backoffBaseMillis,
+    expiresAt: resolved.expiresAt,
+    key: resolved.key
+  })
 
   return {
     name,
+    // The hot path: validation and encoding are plain functions, the insert one statement.
     enqueue: (payload, opts) =>
       Effect.withFiberRuntime((fiber) => {
         const at = nowOf(fiber)
         const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
         if (isInvalid(resolved)) return Effect.fail(resolved)
-        return Effect.map(enqueueResolved(resolved, [payload], at), (ids) => ids[0]!)
+        const encoded = codec.encode(payload)
+        if (typeof encoded !== "string") return Effect.fail(encoded)
+        return Effect.map(storage.insertOne(newJob(resolved, encoded, at)), (id) => {
+          engine.signal(fiber.currentContext, name, 1)
+          return id
+        })
       }),
     enqueueBatch: (payloads, opts) =>
       Effect.withFiberRuntime((fiber) => {
         const at = nowOf(fiber)
         const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
         if (isInvalid(resolved)) return Effect.fail(resolved)
-        const all = Array.from(payloads)
+        const jobs: Array<NewJob> = []
+        for (const payload of payloads) {
+          const encoded = codec.encode(payload)
+          if (typeof encoded !== "string") return Effect.fail(encoded)
+          jobs.push(newJob(resolved, encoded, at))
+        }
         // One key names one live job: a shared key would silently collapse the batch into its first payload.
-        if (resolved.key !== undefined && all.length > 1) {
+        if (resolved.key !== undefined && jobs.length > 1) {
           return Effect.fail(
             new InvalidOptions({ field: "key", reason: "a batch of more than one payload cannot share one idempotency key" })
           )
         }
-        return all.length === 0 ? Effect.succeed([]) : enqueueResolved(resolved, all, at)
+        if (jobs.length === 0) return Effect.succeed([])
+        return Effect.map(storage.insert(jobs), (ids) => {
+          engine.signal(fiber.currentContext, name, jobs.length)
+          return ids
+        })
       }),
     claim: (workerId) =>
       Effect.zipRight(

@@ -1,7 +1,7 @@
 import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import type * as S from "../Scheduler.js"
 import { LeadershipLost } from "../StoreError.js"
-import { Engine, type EngineShape, type NewJob, onCommit, type ScheduleRow } from "./engine.js"
+import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
 import { optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
@@ -56,9 +56,7 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
       yield* engine.schedules.advance(schedule.name, next)
       fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + jobs.length)
     }
-    yield* onCommit(engine, () => {
-      for (const [queue, count] of fired) engine.wake.signal(queue, count)
-    })
+    for (const [queue, count] of fired) yield* signalOnCommit(engine, queue, count)
     return { now, next: yield* engine.schedules.nextFireAt }
   }))
 
@@ -81,7 +79,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
         { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis },
         now
       )
-      yield* onCommit(engine, () => engine.wake.signal(registrationsTopic))
+      yield* signalOnCommit(engine, registrationsTopic)
       return toSchedule(row)
     }).pipe(Effect.withSpan("Scheduler.schedule", { attributes: { name } }))
 
@@ -89,7 +87,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
     Effect.gen(function*() {
       yield* validateName(name)
       const removed = yield* engine.schedules.remove(name)
-      if (removed) yield* onCommit(engine, () => engine.wake.signal(registrationsTopic))
+      if (removed) yield* signalOnCommit(engine, registrationsTopic)
       return removed
     }).pipe(Effect.withSpan("Scheduler.unschedule", { attributes: { name } }))
 
@@ -158,7 +156,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       (lease) =>
         lease.release.pipe(
           Effect.tap((released) =>
-            released ? onCommit(engine, () => engine.wake.signal(leadershipTopic, Number.MAX_SAFE_INTEGER)) : Effect.void
+            released ? signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER) : Effect.void
           ),
           Effect.catchAll((error) =>
             Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)

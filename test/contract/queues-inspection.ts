@@ -316,7 +316,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
             const now = 1_000
             const claim = yield* plan(
               claimStatements.claim.text,
-              claimStatements.claim.bind([now, "w", "plan", 5])
+              claimStatements.claim.bind([now, "w", "plan"])
             )
             const scheduled = yield* plan(claimStatements.anyDueScheduled, ["plan", now])
             const promote = yield* plan(claimStatements.promoteDue, ["plan", now])

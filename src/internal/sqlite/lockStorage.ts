@@ -18,9 +18,9 @@ const sql = {
     WHERE __alkstore_locks.expires_at <= ? OR __alkstore_locks.owner = excluded.owner
     RETURNING token, expires_at`,
   renew: `UPDATE __alkstore_locks SET expires_at = ?
-    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING token`,
+    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
   release: `UPDATE __alkstore_locks SET expires_at = 0
-    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING token`,
+    WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
   holds: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`
 } as const
 
@@ -31,9 +31,9 @@ export const makeLockStorage = (db: Executor): LockStorage => ({
       (rows) => Option.fromNullable(rows[0])
     ),
   renew: (name, owner, token, now, expiresAt) =>
-    Effect.map(db.all(sql.renew, [expiresAt, name, owner, token, now]), (rows) => rows.length > 0),
+    Effect.map(db.run(sql.renew, [expiresAt, name, owner, token, now]), (result) => result.changes > 0),
   release: (name, owner, token, now) =>
-    Effect.map(db.all(sql.release, [name, owner, token, now]), (rows) => rows.length > 0),
+    Effect.map(db.run(sql.release, [name, owner, token, now]), (result) => result.changes > 0),
   holds: (name, owner, token, now) =>
     Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0)
 })

@@ -1,22 +1,30 @@
 import { Effect, Option } from "effect"
 import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
-import type { Executor } from "./executor.js"
+import type { SqlError } from "@effect/sql/SqlError"
+import type { Executor, RunResult } from "./executor.js"
+import { inTransaction } from "./transaction.js"
 
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
      created_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  // With a key, a live job holding it wins: nothing is written and its id is looked up.
+  insertKeyed: `INSERT INTO __alkstore_jobs
+    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
+     created_at)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT DO NOTHING
-    RETURNING id`,
+    ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // Due scheduled rows join the claim index; the read keeps idle claims write-free.
   anyDueScheduled: `SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ? LIMIT 1`,
   promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
-  // One statement claims the best `limit` candidates (pending, or claimed with a
-  // lapsed lease) and moves those it meets expired or spent to dead instead.
-  // SET expressions all read the row as it was before the update.
+  // One statement claims the best candidate (pending, or claimed with a lapsed
+  // lease), or moves it to dead when it meets it expired or spent. SET
+  // expressions all read the row as it was before the update. The single-row
+  // form (`id = (…)`) matters: `id IN (…)` makes SQLite open a statement
+  // journal and two-pass the update, several times the cost; batches loop.
   claim: `UPDATE __alkstore_jobs SET
       state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
       last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
@@ -29,16 +37,16 @@ const sql = {
         ELSE attempts + 1 END,
       claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
         ELSE claim_token + 1 END
-    WHERE id IN (
+    WHERE id = (
       SELECT id FROM (
         SELECT id, priority, run_at FROM (
           SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
-          ORDER BY priority DESC, run_at, id LIMIT ?4)
+          ORDER BY priority DESC, run_at, id LIMIT 1)
         UNION ALL
         SELECT id, priority, run_at FROM (
           SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
-          ORDER BY priority DESC, run_at, id LIMIT ?4)
-        ORDER BY priority DESC, run_at, id LIMIT ?4))
+          ORDER BY priority DESC, run_at, id LIMIT 1)
+        ORDER BY priority DESC, run_at, id LIMIT 1))
     RETURNING *`,
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
@@ -46,22 +54,22 @@ const sql = {
   // Scalar min() is NULL if any argument is: take the smaller non-null one.
   nextDeadline: `SELECT (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at > ?2) AS a,
       (SELECT min(claimed_until) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) AS b`,
-  ack: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+  ack: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   retry: `UPDATE __alkstore_jobs
     SET state = CASE WHEN ? > ? THEN 'scheduled' ELSE 'pending' END, run_at = ?,
       last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   bury: `UPDATE __alkstore_jobs
     SET state = 'dead', died_at = ?, last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   heartbeat: `UPDATE __alkstore_jobs SET claimed_until = ?
-    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   // Release gives the attempt back and keeps the job's place in line (its runAt is already due).
   release: `UPDATE __alkstore_jobs
     SET state = 'pending', attempts = max(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed' RETURNING id`,
+    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   get: `SELECT * FROM __alkstore_jobs WHERE id = ? AND queue = ?`,
-  cancel: `DELETE FROM __alkstore_jobs WHERE id = ? AND queue = ? AND state <> 'dead' RETURNING id`,
+  cancel: `DELETE FROM __alkstore_jobs WHERE id = ? AND queue = ? AND state <> 'dead'`,
   stats: `SELECT
       (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS pending,
       (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due_scheduled,
@@ -77,16 +85,14 @@ const sql = {
     WHERE id = ? AND queue = ? AND state = 'dead'
       AND (idempotency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
-          AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))
-    RETURNING id`,
-  purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' RETURNING id`,
-  purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ? RETURNING id`,
+          AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))`,
+  purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
+  purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
   expire: `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
       claimed_until = NULL, worker_id = NULL
     WHERE expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dead'
-      AND (state <> 'claimed' OR claimed_until <= ?1)
-    RETURNING id`,
-  purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ? RETURNING id`
+      AND (state <> 'claimed' OR claimed_until <= ?1)`,
+  purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
 } as const
 
 /**
@@ -110,7 +116,7 @@ const claimSql = numbered(sql.claim)
 
 /**
  * The statements a claim runs, exported for the query-plan test (the claim
- * must stay on its partial indexes). `claim` binds `[now, workerId, queue, limit]`;
+ * must stay on its partial indexes). `claim` binds `[now, workerId, queue]`;
  * the other two bind `[queue, now]`.
  */
 export const claimStatements = {
@@ -124,63 +130,81 @@ const nextDeadlineSql = numbered(sql.nextDeadline)
 const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 const expireSql = numbered(sql.expire)
 
-const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
+const jobParams = (job: NewJob) => [
+  job.queue,
+  job.payload,
+  job.runAt > job.createdAt ? "scheduled" : "pending",
+  job.priority,
+  job.runAt,
+  job.maxAttempts,
+  job.visibilityTimeoutMillis,
+  job.backoffBaseMillis,
+  job.expiresAt ?? null,
+  job.key ?? null,
+  job.createdAt
+]
 
 export const makeQueueStorage = (db: Executor): QueueStorage => {
-  const changed = (rows: ReadonlyArray<unknown>) => rows.length > 0
+  const changed = (result: RunResult) => result.changes > 0
+  const count = (result: RunResult) => result.changes
 
-  const insertOne = (job: NewJob) =>
-    db.all<{ id: number }>(sql.insert, [
-      job.queue,
-      job.payload,
-      job.runAt > job.createdAt ? "scheduled" : "pending",
-      job.priority,
-      job.runAt,
-      job.maxAttempts,
-      job.visibilityTimeoutMillis,
-      job.backoffBaseMillis,
-      job.expiresAt ?? null,
-      job.key ?? null,
-      job.createdAt
-    ]).pipe(
-      Effect.flatMap((rows) => {
-        if (rows[0] !== undefined) return Effect.succeed(rows[0].id)
-        return Effect.map(
-          db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]),
-          (existing) => existing[0]!.id
-        )
-      })
+  const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
+    Effect.flatMap(db.run(sql.insertKeyed, jobParams(job)), (result) =>
+      result.changes > 0
+        ? Effect.succeed(Number(result.lastInsertRowid))
+        : Effect.map(db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]), (rows) => rows[0]!.id))
+
+  const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
+    if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
+    if (jobs.length === 1) return Effect.map(db.run(sql.insert, jobParams(jobs[0]!)), (r) => [Number(r.lastInsertRowid)])
+    return db.transaction(
+      Effect.map(db.runEach(sql.insert, jobs.map(jobParams)), (results) => results.map((r) => Number(r.lastInsertRowid)))
     )
-
-  const insert = (jobs: ReadonlyArray<NewJob>) => {
-    if (jobs.length === 1 && jobs[0]!.key === undefined) return Effect.map(insertOne(jobs[0]!), (id) => [id])
-    return db.transaction(Effect.forEach(jobs, insertOne))
   }
 
-  const claimOnce = (queue: string, workerId: string, now: number, limit: number) =>
-    db.all<JobRow>(claimSql.text, claimSql.bind([now, workerId, queue, limit]))
+  const claimOne = (queue: string, workerId: string, now: number) =>
+    db.all<JobRow>(claimSql.text, claimSql.bind([now, workerId, queue]))
 
-  const claim = (queue: string, workerId: string, now: number, limit: number) =>
+  // Candidates moved to dead do not count: claim again until `limit` or none left.
+  const claimLoop = (queue: string, workerId: string, now: number, limit: number) =>
     Effect.gen(function*() {
-      const due = yield* db.all(sql.anyDueScheduled, [queue, now])
-      if (due.length > 0) yield* db.all(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
-      // Candidates moved to dead do not count: claim again until `limit` or none left.
       while (claimed.length < limit) {
-        const rows = yield* claimOnce(queue, workerId, now, limit - claimed.length)
-        for (const row of rows) if (row.state === "claimed") claimed.push(row)
-        if (rows.length === 0 || rows.every((row) => row.state === "claimed")) break
+        const [row] = yield* claimOne(queue, workerId, now)
+        if (row === undefined) break
+        if (row.state === "claimed") claimed.push(row)
       }
-      return claimed.sort(claimOrder)
+      return claimed
     })
 
-  const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
-    Effect.map(db.all(text, [...head, fence.id, fence.token]), changed)
+  // Due scheduled rows join the claim index first; the read keeps the common
+  // case (nothing due) free of a write.
+  const promoteDue = (queue: string, now: number) =>
+    Effect.flatMap(
+      db.all(sql.anyDueScheduled, [queue, now]),
+      (due) => (due.length > 0 ? db.run(sql.promoteDue, [queue, now]) : Effect.void)
+    )
 
-  const ack = (fence: Fence) => Effect.map(db.all(sql.ack, [fence.id, fence.token]), changed)
+  const claim = (queue: string, workerId: string, now: number, limit: number) =>
+    Effect.flatMap(inTransaction, (open) =>
+      Effect.zipRight(
+        promoteDue(queue, now),
+        open || limit === 1
+          ? claimLoop(queue, workerId, now, limit)
+          : db.transaction(claimLoop(queue, workerId, now, limit))
+      ))
+
+  const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
+    Effect.map(db.run(text, [...head, fence.id, fence.token]), changed)
+
+  const ack = (fence: Fence) => Effect.map(db.run(sql.ack, [fence.id, fence.token]), changed)
 
   return {
     insert,
+    insertOne: (job) =>
+      job.key === undefined
+        ? Effect.map(db.run(sql.insert, jobParams(job)), (r) => Number(r.lastInsertRowid))
+        : db.transaction(insertKeyed(job)),
     claim,
     ackAndClaim: (fence, queue, workerId, now, limit) =>
       db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
@@ -200,7 +224,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence),
     get: (queue, id) => Effect.map(db.all<JobRow>(sql.get, [id, queue]), (rows) => Option.fromNullable(rows[0])),
-    cancel: (queue, id) => Effect.map(db.all(sql.cancel, [id, queue]), changed),
+    cancel: (queue, id) => Effect.map(db.run(sql.cancel, [id, queue]), changed),
     stats: (queue, now) =>
       Effect.map(
         db.all<{
@@ -224,19 +248,19 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         }
       ),
     dead: (queue, limit) => db.all<JobRow>(sql.dead, [queue, limit]),
-    requeueDead: (queue, id, now) => Effect.map(db.all(sql.requeueDead, [now, id, queue]), changed),
+    requeueDead: (queue, id, now) => Effect.map(db.run(sql.requeueDead, [now, id, queue]), changed),
     purgeDead: (queue, diedBefore) =>
       Effect.map(
         diedBefore === undefined
-          ? db.all(sql.purgeDead, [queue])
-          : db.all(sql.purgeDeadBefore, [queue, diedBefore]),
-        (rows) => rows.length
+          ? db.run(sql.purgeDead, [queue])
+          : db.run(sql.purgeDeadBefore, [queue, diedBefore]),
+        count
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
-        const expired = yield* db.all(expireSql.text, expireSql.bind([now]))
-        const purged = yield* db.all(sql.purgeAllDeadBefore, [purgeDiedBefore])
-        return { expired: expired.length, purged: purged.length }
+        const expired = yield* db.run(expireSql.text, expireSql.bind([now]))
+        const purged = yield* db.run(sql.purgeAllDeadBefore, [purgeDiedBefore])
+        return { expired: expired.changes, purged: purged.changes }
       }))
   }
 }

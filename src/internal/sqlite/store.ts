@@ -18,7 +18,7 @@ import { migrate } from "./migrations.js"
 import { makeQueueStorage } from "./queueStorage.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
-import { afterCommit } from "./transaction.js"
+import { makeCommitSignals } from "./transaction.js"
 import { startWatcher } from "./watcher.js"
 
 /** Engine settings a store accepts (all optional). */
@@ -88,7 +88,7 @@ export const buildMechanisms = (
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
       transaction: executor.transaction,
-      afterCommit,
+      signal: makeCommitSignals(wake.signal),
       wake,
       instanceId: crypto.randomUUID(),
       settings

@@ -12,14 +12,37 @@ import { Cause, Context, Effect, Exit, FiberRef } from "effect"
 export class CommitHooks extends Context.Tag("alkstore/internal/CommitHooks")<CommitHooks, Array<() => void>>() {}
 
 /**
- * Runs `f` after the transaction open in `context` commits, or now when there
- * is none. Inside a foreign client's transaction (no hooks) it is dropped:
- * the change watcher sees that commit.
+ * The transaction open in `context`: `undefined` when none, `"foreign"` for
+ * a foreign client's transaction (its commit cannot be hooked: the change
+ * watcher sees it), else the hooks to run once it commits.
  */
-export const afterCommit = (context: Context.Context<never>, f: () => void): void => {
-  if (!context.unsafeMap.has(SqlClient.TransactionConnection.key)) return f()
-  const hooks = context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined
-  if (hooks !== undefined) hooks.push(f)
+export const openTransaction = (context: Context.Context<never>): Array<() => void> | "foreign" | undefined => {
+  if (!context.unsafeMap.has(SqlClient.TransactionConnection.key)) return undefined
+  return (context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined) ?? "foreign"
+}
+
+/**
+ * Wakes waiters after the transaction in `context` commits (at once outside
+ * one). Signals of one transaction are summed per topic, so a transaction of
+ * a thousand enqueues registers one hook, not a thousand.
+ */
+export const makeCommitSignals = (signal: (topic: string, count: number) => void) => {
+  const pending = new WeakMap<Array<() => void>, Map<string, number>>()
+  return (context: Context.Context<never>, topic: string, count: number): void => {
+    const open = openTransaction(context)
+    if (open === undefined) return signal(topic, count)
+    if (open === "foreign") return
+    let counts = pending.get(open)
+    if (counts === undefined) {
+      const topics = new Map<string, number>()
+      counts = topics
+      pending.set(open, topics)
+      open.push(() => {
+        for (const [name, n] of topics) signal(name, n)
+      })
+    }
+    counts.set(topic, (counts.get(topic) ?? 0) + count)
+  }
 }
 
 export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fiber) =>
@@ -39,6 +62,17 @@ export const makeImmediateTransaction = (options: {
   /** Takes the connection exclusively; the effect returned releases it. */
   readonly acquire: Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError>
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
+  /**
+   * A connection the store owns can do better: take it synchronously when
+   * free and run BEGIN/COMMIT/ROLLBACK in place (each returns its error, if
+   * any). A busy BEGIN falls back to the waiting path above.
+   */
+  readonly direct?: {
+    readonly conn: Connection
+    readonly tryAcquire: () => (() => void) | undefined
+    readonly exec: (sql: "BEGIN IMMEDIATE" | "COMMIT" | "ROLLBACK") => SqlError | undefined
+    readonly isBusy: (error: SqlError) => boolean
+  }
 }) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
   Effect.uninterruptibleMask((restore) =>
@@ -73,6 +107,35 @@ export const makeImmediateTransaction = (options: {
               )
           )
         )
+      }
+      const direct = options.direct
+      const releaseNow = direct?.tryAcquire()
+      if (direct !== undefined && releaseNow !== undefined) {
+        const begun = direct.exec("BEGIN IMMEDIATE")
+        if (begun === undefined) {
+          const hooks: Array<() => void> = []
+          const inner = Context.add(context, SqlClient.TransactionConnection, [direct.conn, 0] as const).pipe(
+            Context.add(CommitHooks, hooks)
+          )
+          return Effect.flatMap(
+            Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner)),
+            (exit): Effect.Effect<A, E | SqlError> => {
+              if (Exit.isFailure(exit)) {
+                direct.exec("ROLLBACK")
+                releaseNow()
+                return exit
+              }
+              const failed = direct.exec("COMMIT")
+              if (failed !== undefined) direct.exec("ROLLBACK")
+              releaseNow()
+              if (failed !== undefined) return Effect.fail(failed)
+              for (const hook of hooks) hook()
+              return Effect.succeed(exit.value)
+            }
+          )
+        }
+        releaseNow()
+        if (!direct.isBusy(begun)) return Effect.fail(begun)
       }
       return Effect.flatMap(restore(options.acquire), ([release, conn]) => {
         const hooks: Array<() => void> = []
