@@ -16,7 +16,7 @@ import { Duration, Effect, Fiber, Ref } from "effect"
 import { Locks, Outbox, Queues, Scheduler, SqliteStore } from "../src/index.js"
 
 const filename = process.env.ALKSTORE_DEMO_DB ?? "./alkstore-demo.db"
-const runFor = Duration.seconds(Number(process.env.ALKSTORE_DEMO_SECONDS ?? 7))
+const runFor = Duration.seconds(Number(process.env.ALKSTORE_DEMO_SECONDS ?? 4))
 
 const program = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -25,7 +25,7 @@ const program = Effect.gen(function*() {
   const queues = yield* Queues.Queues
   const emails = yield* queues.queue("emails", { visibilityTimeout: "30 seconds" })
   const maintenance = yield* queues.queue("maintenance")
-  const webhooks = yield* (yield* Outbox.Outbox).outbox("webhooks")
+  const webhooks = yield* (yield* Outbox.Outbox).outbox("webhooks", { backoffBase: "500 millis" })
   const scheduler = yield* Scheduler.Scheduler
   const counts = yield* Ref.make({ emails: 0, sweeps: 0, delivered: 0, deliveryRetries: 0 })
 

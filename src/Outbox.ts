@@ -8,7 +8,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type Effect, Layer } from "effect"
 import { Engine } from "./internal/engine.js"
 import * as internal from "./internal/outbox.js"
-import type { EnqueueOpts, Job, JobHandle, JobId, ProcessOpts, Queue, WaitError } from "./Queues.js"
+import type { EnqueueOpts, Job, JobHandle, JobId, ProcessOpts, Queue, QueueOpts, WaitError } from "./Queues.js"
 import type { InvalidName, InvalidOptions, InvalidPayload, ReservedName } from "./StoreError.js"
 
 export type Deliver<E, R> = (job: Job<unknown>, handle: JobHandle<unknown>) => Effect.Effect<void, E, R>
@@ -40,7 +40,11 @@ export interface OutboxHandle {
 }
 
 export interface OutboxShape {
-  readonly outbox: (name: string) => Effect.Effect<OutboxHandle, InvalidName | ReservedName>
+  /**
+   * The outbox `name`; `opts` override its defaults (60 s visibility, 5
+   * attempts, 5 s backoff base, no expiry) for what this handle enqueues.
+   */
+  readonly outbox: (name: string, opts?: QueueOpts) => Effect.Effect<OutboxHandle, InvalidName | ReservedName | InvalidOptions>
 }
 
 export class Outbox extends Context.Tag("alkstore/Outbox")<Outbox, OutboxShape>() {}

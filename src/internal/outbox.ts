@@ -2,15 +2,17 @@ import { Effect, Exit, Option } from "effect"
 import type * as O from "../Outbox.js"
 import { Engine } from "./engine.js"
 import { outboxQueueName, validateName } from "./names.js"
-import { outboxDefaults } from "./options.js"
+import { outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue, settle } from "./queue.js"
 
 export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
-  const outbox = (name: string) =>
-    Effect.map(validateName(name), (name): O.OutboxHandle => {
-      const queue = makeQueue(engine, outboxQueueName(name), outboxDefaults, jsonCodec)
+  const outbox = (name: string, opts?: QueueOptionsInput) =>
+    Effect.map(
+      Effect.zip(validateName(name), resolveQueueOptions(outboxDefaults, opts)),
+      ([name, stamp]): O.OutboxHandle => {
+      const queue = makeQueue(engine, outboxQueueName(name), stamp, jsonCodec)
       return {
         name,
         enqueue: queue.enqueue,
@@ -36,6 +38,7 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
         purgeDead: queue.purgeDead,
         getJob: queue.getJob
       }
-    })
+    }
+    )
   return { outbox }
 })

@@ -85,6 +85,21 @@ export const outboxContract = (engine: EngineUnderTest) =>
         expect((yield* backingRows("webhooks")).length).toBe(2)
       }).pipe(Effect.provide(engine.store())))
 
+    it.effect("an outbox handle's options override the outbox defaults for what it enqueues", () =>
+      Effect.gen(function*() {
+        const outboxes = yield* Outbox.Outbox
+        const fast = yield* outboxes.outbox("fast", { backoffBase: "500 millis", maxAttempts: 2, visibilityTimeout: "10 seconds" })
+        const job = Option.getOrThrow(yield* fast.getJob(yield* fast.enqueue({ n: 1 })))
+        expect(Duration.toMillis(job.backoffBase)).toBe(500)
+        expect(job.maxAttempts).toBe(2)
+        expect(Duration.toMillis(job.visibilityTimeout)).toBe(10 * second)
+        expect(yield* Effect.flip(outboxes.outbox("bad", { visibilityTimeout: -1 }))).toMatchObject({
+          _tag: "InvalidOptions",
+          field: "visibilityTimeout"
+        })
+        expect((yield* backingRows("bad")).length).toBe(0)
+      }).pipe(Effect.provide(engine.store())))
+
     it.effect("enqueue joins the application's transaction: a rollback leaves no job, a commit leaves one", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
