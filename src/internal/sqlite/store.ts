@@ -19,6 +19,7 @@ import { makeQueueStorage } from "./queueStorage.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
 import { makeCommitSignals } from "./transaction.js"
+import { startCheckpointer } from "./checkpointer.js"
 import { startWatcher } from "./watcher.js"
 
 /** Engine settings a store accepts (all optional). */
@@ -37,6 +38,14 @@ export interface StoreSettings {
   readonly fallbackPoll?: Duration.DurationInput
   /** How often the cross-process watcher reads `PRAGMA data_version` while anybody waits; default 2 ms. */
   readonly watchInterval?: Duration.DurationInput
+}
+
+/** Settings only a store that owns its connection (`SqliteStore.layer`) takes. */
+export interface OwnedSettings {
+  /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
+  readonly busyTimeout?: Duration.DurationInput
+  /** How often the background thread checkpoints the WAL (`PASSIVE`); default 100 ms. */
+  readonly checkpointInterval?: Duration.DurationInput
 }
 
 export interface ResolvedSettings extends EngineSettings {
@@ -76,7 +85,7 @@ export const buildMechanisms = (
   Effect.gen(function*() {
     yield* migrate(executor.transaction)
     const wake = makeWakeHub()
-    if (filename !== "" && filename !== ":memory:" && !filename.startsWith("file:")) {
+    if (isFile(filename)) {
       yield* startWatcher(wake, {
         filename,
         intervalMillis: settings.watchIntervalMillis,
@@ -102,12 +111,12 @@ export const buildMechanisms = (
     return Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox))
   })
 
-export interface SqliteStoreOptions extends StoreSettings {
+export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {
   /** The database file (created when missing). */
   readonly filename: string
-  /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
-  readonly busyTimeout?: Duration.DurationInput
 }
+
+const isFile = (filename: string) => filename !== "" && filename !== ":memory:" && !filename.startsWith("file:")
 
 export const layer = (
   options: SqliteStoreOptions
@@ -115,11 +124,17 @@ export const layer = (
   Layer.scopedContext(Effect.gen(function*() {
     const settings = yield* resolveSettings(options)
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
+    const checkpointInterval =
+      (yield* optionalDurationMillis("checkpointInterval", options.checkpointInterval, { positive: true })) ?? 100
     const owned = yield* makeOwnedConnection({
       filename: options.filename,
       busyTimeoutMillis: busyTimeout,
       retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis))
     })
+    if (isFile(options.filename)) {
+      owned.db.pragma("wal_autocheckpoint = 0")
+      yield* startCheckpointer(options.filename, checkpointInterval)
+    }
     const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(
       Effect.provideService(SqlClient.SqlClient, owned.client)
     )

@@ -1,0 +1,35 @@
+/**
+ * SqliteStore.layer checkpoints its WAL from a background thread (the store's
+ * own connection never stalls a commit on a checkpoint's fsync). Engine
+ * specific: only a store that owns its connection does this.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as fs from "node:fs"
+import { Queues, SqliteStore } from "../src/index.js"
+import { freshFile } from "./contract/harness.js"
+
+const walSizeAfterBursts = (checkpointInterval: string) => {
+  const filename = freshFile("wal")
+  return Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const [{ wal_autocheckpoint }] = yield* sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`
+    expect(wal_autocheckpoint).toBe(0)
+    const queue = yield* (yield* Queues.Queues).queue("bursts")
+    for (let burst = 0; burst < 20; burst++) {
+      yield* queue.enqueueBatch(Array.from({ length: 500 }, (_, n) => ({ burst, n, pad: "x".repeat(64) })))
+      yield* Effect.sleep("30 millis")
+    }
+    return fs.statSync(`${filename}-wal`).size
+  }).pipe(Effect.provide(SqliteStore.layer({ filename, checkpointInterval })))
+}
+
+describe("background WAL checkpoints (SqliteStore.layer)", () => {
+  it.live("keep the WAL small under steady writes; without them it grows", () =>
+    Effect.gen(function*() {
+      const checkpointed = yield* walSizeAfterBursts("20 millis")
+      const unchecked = yield* walSizeAfterBursts("1 hour")
+      expect(unchecked).toBeGreaterThan(3 * checkpointed)
+    }), 30_000)
+})
