@@ -5,17 +5,17 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { type Duration, Effect } from "effect"
 import * as fs from "node:fs"
 import { Queues, SqliteStore } from "../src/index.js"
 import { freshFile } from "./contract/harness.js"
 
-const walSizeAfterBursts = (checkpointInterval: string) => {
+const walSizeAfterBursts = (checkpointInterval: Duration.DurationInput) => {
   const filename = freshFile("wal")
   return Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const [{ wal_autocheckpoint }] = yield* sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`
-    expect(wal_autocheckpoint).toBe(0)
+    const pragma = yield* sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`
+    expect(pragma[0]?.wal_autocheckpoint).toBe(0)
     const queue = yield* (yield* Queues.Queues).queue("bursts")
     for (let burst = 0; burst < 20; burst++) {
       yield* queue.enqueueBatch(Array.from({ length: 500 }, (_, n) => ({ burst, n, pad: "x".repeat(64) })))
