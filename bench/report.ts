@@ -1,6 +1,8 @@
 /**
- * Statistics and rendering (console table, Markdown, SVG) for bench/run.ts.
+ * Statistics and rendering (console table, Markdown, SVG) for bench/run.ts,
+ * including the Waking section (bench/waking.ts).
  */
+import type { WakeDef, WakeId, WakeResult, WakeSettings, WakeSide, WakeTarget } from "./waking.js"
 import type { Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
 
 export interface Sample {
@@ -219,4 +221,141 @@ export const ratiosSvg = (
     `</svg>`,
     ""
   ].join("\n")
+}
+
+// ---------- waking (issue 4) ----------
+
+/** One waking child: one scenario for one side (bench/waking.ts). */
+export interface WakeSample {
+  readonly id: WakeId
+  readonly side: WakeSide
+  readonly ok: boolean
+  readonly error?: string | undefined
+  readonly result?: WakeResult | undefined
+  readonly wallMs: number
+  readonly load1: number
+  readonly quietStart?: boolean | undefined
+}
+
+/** Nearest-rank percentile (p in 0–100) of a non-empty list. */
+export const percentile = (xs: ReadonlyArray<number>, p: number): number => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!
+}
+
+export const fmtMs = (x: number): string => `${x < 1 ? x.toFixed(3) : x < 10 ? x.toFixed(2) : x.toFixed(1)} ms`
+export const fmtPct = (x: number): string => `${x < 10 ? x.toFixed(2) : x.toFixed(1)} %`
+
+const wakeOf = (samples: ReadonlyArray<WakeSample>, id: WakeId, side: WakeSide) =>
+  samples.find((s) => s.id === id && s.side === side)
+
+const targetText = (t: WakeTarget): string =>
+  [
+    t.p50 !== undefined ? `p50 ≤ ${t.p50} ms` : "",
+    t.p99 !== undefined ? `p99 ≤ ${t.p99} ms` : "",
+    t.cpu !== undefined ? `≤ ${t.cpu} % of a core` : ""
+  ].filter(Boolean).join(", ")
+
+const failedText = (s: WakeSample | undefined) => (s === undefined ? "not measured" : `FAILED: ${s.error ?? "no result"}`)
+
+/** The Waking table: one row per scenario, alkstore against its raw baseline and the issue-4 target. */
+export const wakeRows = (defs: ReadonlyArray<WakeDef>, samples: ReadonlyArray<WakeSample>) => {
+  const header = ["scenario", "samples", "p50", "p99", "max", "raw baseline p50 / p99", "target", "verdict"]
+  const rows = defs.map((d) => {
+    const alk = wakeOf(samples, d.id, "alkstore")
+    const raw = wakeOf(samples, d.id, "raw")
+    const a = alk?.ok ? alk.result : undefined
+    const r = raw?.ok ? raw.result : undefined
+    if (d.target.cpu !== undefined) {
+      const base = r?.cpuPercent !== undefined ? `${fmtPct(r.cpuPercent)} of a core (raw polling at 1 ms)` : failedText(raw)
+      if (a?.cpuPercent === undefined) return [d.title, "—", failedText(alk), "", "", base, targetText(d.target), "not measured"]
+      const wall = a.values?.["measured wall time (s)"]
+      return [
+        d.title,
+        wall !== undefined ? `${wall.toFixed(1)} s wall` : "—",
+        `${fmtPct(a.cpuPercent)} of a core`,
+        "—",
+        "—",
+        base,
+        targetText(d.target),
+        a.cpuPercent <= d.target.cpu ? "PASS" : "FAIL"
+      ]
+    }
+    const lat = (x: WakeResult | undefined) => (x?.latenciesMs && x.latenciesMs.length > 0 ? x.latenciesMs : undefined)
+    const rl = lat(r)
+    const base = rl ? `${fmtMs(percentile(rl, 50))} / ${fmtMs(percentile(rl, 99))}` : failedText(raw)
+    const al = lat(a)
+    if (!al) return [d.title, "—", failedText(alk), "", "", base, targetText(d.target), "not measured"]
+    const p50 = percentile(al, 50)
+    const p99 = percentile(al, 99)
+    const misses = [
+      d.target.p50 !== undefined && p50 > d.target.p50 ? "p50" : "",
+      d.target.p99 !== undefined && p99 > d.target.p99 ? "p99" : ""
+    ].filter(Boolean)
+    return [
+      d.title,
+      String(al.length),
+      fmtMs(p50),
+      fmtMs(p99),
+      fmtMs(Math.max(...al)),
+      base,
+      targetText(d.target),
+      misses.length === 0 ? "PASS" : `FAIL (${misses.join(", ")})`
+    ]
+  })
+  return { header, rows }
+}
+
+/** Every diagnostic series and value the waking children reported. */
+export const wakeDiagRows = (defs: ReadonlyArray<WakeDef>, samples: ReadonlyArray<WakeSample>) => {
+  const header = ["scenario", "side", "what", "n", "p50", "p99", "max"]
+  const rows: Array<Array<string>> = []
+  for (const d of defs) {
+    for (const s of samples.filter((x) => x.id === d.id && x.ok && x.result)) {
+      const side = s.side === "raw" ? "raw" : "alkstore"
+      for (const [what, xs] of Object.entries(s.result!.series ?? {})) {
+        if (xs.length === 0) continue
+        rows.push([d.id, side, what, String(xs.length), fmtMs(percentile(xs, 50)), fmtMs(percentile(xs, 99)), fmtMs(Math.max(...xs))])
+      }
+      for (const [what, x] of Object.entries(s.result!.values ?? {})) {
+        rows.push([d.id, side, what, "", Number.isInteger(x) ? String(x) : x.toFixed(what.includes("(ms") ? 4 : 2), "", ""])
+      }
+    }
+  }
+  return { header, rows }
+}
+
+/** The "Waking" section of docs/benchmarks.md. */
+export const wakeMarkdown = (
+  defs: ReadonlyArray<WakeDef>,
+  samples: ReadonlyArray<WakeSample>,
+  s: WakeSettings
+): string => {
+  const table = wakeRows(defs, samples)
+  const diag = wakeDiagRows(defs, samples)
+  const notes = samples.flatMap((x) => (x.result?.notes ?? []).map((n) => `${x.id} / ${x.side}: ${n}`))
+  const failed = samples.filter((x) => !x.ok).map((x) => `${x.id} / ${x.side}: ${x.error ?? "failed"}`)
+  const busy = samples.filter((x) => x.quietStart === false).length
+  return `## Waking (issue 4)
+
+CONTRACT §7: how fast an idle worker sees a new job, and what a waiting worker costs. One fresh child process
+per scenario and side (\`bench/waking-child.ts\`, scenarios in \`bench/waking.ts\`), each on a fresh WAL file;
+${s.samples} timed samples per latency scenario after ${s.warmup} untimed ones, a random ${s.gapMinMs}–${s.gapMaxMs} ms real sleep
+between samples so the worker is idle each time; p50/p99 are nearest-rank percentiles. Select with
+\`BENCH_WORKLOADS=${defs.map((d) => d.id).join(",")}\`; \`BENCH_WAKE_SAMPLES\`, \`BENCH_WAKE_IDLE_S\` change the sizes.
+
+${mdTable(table.header, table.rows)}
+
+${defs.map((d) => `- **${d.title}** (\`${d.id}\`): ${d.what}. Baseline: ${d.baseline}.`).join("\n")}
+- Cross-process: the worker process paces the samples over IPC (one job at a time); the enqueuing process busy-waits a
+  random 0–3 ms before each enqueue, so commits land at a random phase of the worker's 1 ms poll / 2 ms
+  \`data_version\` watch instead of right after a tick. The clock check below compares each process's
+  \`timeOrigin + now()\` with CLOCK_MONOTONIC (shared by all processes on Linux).
+- Idle CPU: measured after ${(s.settleMs / 1000).toFixed(0)} s of settling; "commits by anyone" reads \`PRAGMA data_version\` on a read-only
+  connection before and after the window (0 = the waiting worker wrote nothing).
+${busy > 0 ? `- ${busy} of ${samples.length} waking children started while other processes were runnable: tails (p99, max) are noisy then.\n` : ""}
+### Where the time goes (diagnostics)
+
+${mdTable(diag.header, diag.rows)}
+${notes.length || failed.length ? `\n${[...failed.map((f) => `- **${f}**`), ...notes.map((n) => `- ${n}`)].join("\n")}\n` : ""}`
 }

@@ -7,17 +7,28 @@
  * better-sqlite3 baseline, and writes docs/benchmarks.md +
  * docs/benchmarks-ratios.svg.
  *
+ * Then the waking benchmark (issue 4; bench/waking.ts, children
+ * bench/waking-child.ts): enqueue→handler latency of an idle worker in-process
+ * (`wake-inprocess`) and cross-process (`wake-crossprocess`), and the idle CPU
+ * of a waiting worker (`idle-cpu`), each for alkstore and a raw better-sqlite3
+ * baseline, once per run (about a minute); its section of benchmarks.md is
+ * "Waking".
+ *
  * Environment:
  *   BENCH_REPS=n          rounds (default 5; 2 with BENCH_QUICK)
  *   BENCH_HEAVY_REPS=n    rounds that also run the 1M-row workloads claim-1m and memory-1m
  *                         (default min(2, BENCH_REPS): they dominate the run time)
  *   BENCH_QUICK=1         small sizes, for a smoke run
  *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline)
- *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added)
+ *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added); the waking
+ *                         ids are wake-inprocess, wake-crossprocess, idle-cpu
+ *                         (e.g. BENCH_WORKLOADS=wake-inprocess,wake-crossprocess,idle-cpu runs only those)
+ *   BENCH_WAKE_SAMPLES=n  timed samples per waking latency scenario (default 500; 200 with BENCH_QUICK)
+ *   BENCH_WAKE_IDLE_S=n   idle-cpu measuring window (default 10; 3 with BENCH_QUICK)
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
  *                         (default: docs/ for a full unfiltered run, else a tmp dir)
  *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
- *   BENCH_BUNDLE=0        spawn children through tsx instead of per-contender esbuild bundles
+ *   BENCH_BUNDLE=0        spawn children through tsx instead of per-contender (and waking) esbuild bundles
  *   BENCH_RENDER=file     re-render the Markdown/SVG from a benchmarks-samples.json (no measuring;
  *                         use the same BENCH_QUICK/BENCH_REPS as the run that wrote it)
  *   BENCH_QUIET_WAIT_S=n  before each child, wait up to n s (default 5) until no other process
@@ -31,22 +42,30 @@ import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
 import { CONTENDER_NAMES, loadContender } from "./contenders/index.js"
-import type { Cell, Sample } from "./report.js"
+import type { Cell, Sample, WakeSample } from "./report.js"
 import {
   buildCell,
+  fmtMs,
   fmtOps,
+  fmtPct,
   fmtRange,
   fmtRatio,
   fmtSpread,
   fmtUs,
   mdTable,
+  percentile,
   pairedUsRatio,
   ratiosSvg,
   sizeNote,
   spread,
   textTable,
-  usSpread
+  usSpread,
+  wakeDiagRows,
+  wakeMarkdown,
+  wakeRows
 } from "./report.js"
+import type { WakeDef, WakeResult, WakeSide } from "./waking.js"
+import { WAKE_SCENARIOS, WAKE_SIDES, wakeSettings } from "./waking.js"
 import type { ChildResult, Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
 import { FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
 
@@ -65,9 +84,12 @@ const only = (v: string | undefined) => (v ? new Set(v.split(",").map((s) => s.t
 const ONLY_CONTENDERS = only(env.BENCH_CONTENDERS)
 const ONLY_WORKLOADS = only(env.BENCH_WORKLOADS)
 const FILTERED = ONLY_CONTENDERS !== undefined || ONLY_WORKLOADS !== undefined
+const WAKE = wakeSettings(QUICK, env)
 
 if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`BENCH_REPS must be a positive integer, got ${env.BENCH_REPS}`)
 if (!Number.isInteger(HEAVY_REPS) || HEAVY_REPS < 1) throw new Error(`BENCH_HEAVY_REPS must be a positive integer`)
+if (!Number.isInteger(WAKE.samples) || WAKE.samples < 1) throw new Error(`BENCH_WAKE_SAMPLES must be a positive integer`)
+if (!(WAKE.idleMs > 0)) throw new Error(`BENCH_WAKE_IDLE_S must be positive`)
 
 /**
  * Slow peers are scaled down so the whole run stays within its time budget on
@@ -142,18 +164,21 @@ const ensureDeps = (): Map<string, string> => {
 // ---------- children ----------
 
 /**
- * One esbuild bundle of bench/child.ts per contender (the other contenders'
- * modules stay external and are never loaded; better-sqlite3 is native and
- * stays external too). Returns the bundle path, or undefined to fall back to
- * tsx (e.g. while src/ does not compile).
+ * An esbuild bundle of a child entry (better-sqlite3 is native and stays
+ * external). Returns the bundle path, or undefined to fall back to tsx (e.g.
+ * while src/ does not compile).
  */
-const bundleChild = async (name: string): Promise<string | undefined> => {
+const bundle = async (
+  what: string,
+  entry: string,
+  outfile: string,
+  plugins: ReadonlyArray<import("esbuild").Plugin> = []
+): Promise<string | undefined> => {
   if (!BUNDLE) return undefined
-  const outfile = path.join(CACHE_DIR, `child-${name}.mjs`)
   try {
     const esbuild = await import("esbuild")
     await esbuild.build({
-      entryPoints: [path.join(BENCH_DIR, "child.ts")],
+      entryPoints: [path.join(BENCH_DIR, entry)],
       outfile,
       bundle: true,
       platform: "node",
@@ -162,23 +187,34 @@ const bundleChild = async (name: string): Promise<string | undefined> => {
       external: ["better-sqlite3"],
       banner: { js: `import { createRequire as __alkCreateRequire } from "node:module"; const require = __alkCreateRequire(import.meta.url);` },
       logLevel: "silent",
-      plugins: [{
-        name: "one-contender",
-        setup(build) {
-          build.onResolve({ filter: /^\.\/[a-z-]+\.js$/ }, (args) => {
-            if (!args.importer.endsWith(path.join("contenders", "index.ts"))) return undefined
-            return args.path === `./${name}.js` ? undefined : { path: args.path, external: true }
-          })
-        }
-      }]
+      plugins: [...plugins]
     })
     return outfile
   } catch (e) {
     const msg = e instanceof Error ? e.message.split("\n").slice(0, 3).join(" ") : String(e)
-    console.log(`(could not bundle the ${name} child, using tsx for it: ${msg})`)
+    console.log(`(could not bundle the ${what} child, using tsx for it: ${msg})`)
     return undefined
   }
 }
+
+/**
+ * One bundle of bench/child.ts per contender: the other contenders' modules
+ * stay external and are never loaded.
+ */
+const bundleChild = (name: string): Promise<string | undefined> =>
+  bundle(name, "child.ts", path.join(CACHE_DIR, `child-${name}.mjs`), [{
+    name: "one-contender",
+    setup(build) {
+      build.onResolve({ filter: /^\.\/[a-z-]+\.js$/ }, (args) => {
+        if (!args.importer.endsWith(path.join("contenders", "index.ts"))) return undefined
+        return args.path === `./${name}.js` ? undefined : { path: args.path, external: true }
+      })
+    }
+  }])
+
+/** The waking children (both sides, and the cross-process enqueuer) share one bundle. */
+const bundleWaking = (): Promise<string | undefined> =>
+  bundle("waking", "waking-child.ts", path.join(CACHE_DIR, "waking-child.mjs"))
 
 const QUIET_WAIT_MS = Number(env.BENCH_QUIET_WAIT_S ?? 5) * 1000
 let quietBudgetMs = Number(env.BENCH_QUIET_BUDGET_S ?? 60) * 1000
@@ -214,14 +250,31 @@ const waitQuiet = async (): Promise<boolean> => {
 
 const dbFiles = (file: string) => [file, `${file}-wal`, `${file}-shm`, `${file}-journal`]
 
-const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bundle: string | undefined): Promise<Sample> =>
+interface ChildExit {
+  /** the payload of the child's `RESULT {json}` line when it exited 0 with one */
+  readonly result?: string | undefined
+  /** why it failed otherwise */
+  readonly error: string
+  readonly wallMs: number
+}
+
+/**
+ * Runs one child (a bundle, or `entry` through tsx) on a fresh database file
+ * in os.tmpdir() that it gets as its third argument, deleted afterwards.
+ */
+const spawnChild = (
+  entry: string,
+  bundle: string | undefined,
+  tag: string,
+  args: (file: string) => ReadonlyArray<string>
+): Promise<ChildExit> =>
   new Promise((resolve) => {
-    const file = path.join(os.tmpdir(), `alkstore-bench-${process.pid}-${c.name}-${w}-${round}-${Date.now()}.db`)
+    const file = path.join(os.tmpdir(), `alkstore-bench-${process.pid}-${tag}-${Date.now()}.db`)
     for (const f of dbFiles(file)) rmSync(f, { force: true })
     const t0 = performance.now()
     const child = spawn(
       process.execPath,
-      [...(bundle ? [bundle] : ["--import", "tsx", path.join(BENCH_DIR, "child.ts")]), c.name, w, file, JSON.stringify(sizes)],
+      [...(bundle ? [bundle] : ["--import", "tsx", path.join(BENCH_DIR, entry)]), ...args(file)],
       { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] }
     )
     let out = ""
@@ -234,10 +287,20 @@ const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bund
       for (const f of dbFiles(file)) rmSync(f, { force: true })
       const wallMs = performance.now() - t0
       const line = out.split("\n").find((l) => l.startsWith("RESULT "))
+      const error = signal === "SIGKILL"
+        ? `timed out after ${TIMEOUT_MS / 1000} s`
+        : (err.trim().split("\n").find((l) => /error/i.test(l)) ?? err.trim().split("\n")[0] ?? `exit ${code}`)
+      resolve({ result: code === 0 && line ? line.slice(7) : undefined, error: (error || `exit ${code}`).slice(0, 300), wallMs })
+    })
+  })
+
+const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bundle: string | undefined): Promise<Sample> =>
+  spawnChild("child.ts", bundle, `${c.name}-${w}-${round}`, (file) => [c.name, w, file, JSON.stringify(sizes)]).then(
+    ({ error, result, wallMs }) => {
       const base = { round, contender: c.name, workload: w, wallMs, load1: os.loadavg()[0] ?? 0 }
-      if (code === 0 && line) {
-        const r = JSON.parse(line.slice(7)) as ChildResult
-        resolve({
+      if (result !== undefined) {
+        const r = JSON.parse(result) as ChildResult
+        return {
           ...base,
           ok: true,
           opsPerSec: (r.ops / r.ms) * 1000,
@@ -246,15 +309,21 @@ const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bund
           pragmas: r.pragmas,
           sqliteVersion: r.sqliteVersion,
           notes: r.notes
-        })
-      } else {
-        const why = signal === "SIGKILL"
-          ? `timed out after ${TIMEOUT_MS / 1000} s`
-          : (err.trim().split("\n").find((l) => /error/i.test(l)) ?? err.trim().split("\n")[0] ?? `exit ${code}`)
-        resolve({ ...base, ok: false, opsPerSec: NaN, usPerOp: NaN, maxRssMB: NaN, error: why.slice(0, 300) })
+        }
       }
-    })
-  })
+      return { ...base, ok: false, opsPerSec: NaN, usPerOp: NaN, maxRssMB: NaN, error }
+    }
+  )
+
+const runWakeChild = (d: WakeDef, side: WakeSide, bundle: string | undefined): Promise<WakeSample> =>
+  spawnChild("waking-child.ts", bundle, `${d.id}-${side}`, (file) => [d.id, side, file, JSON.stringify(WAKE)]).then(
+    ({ error, result, wallMs }) => {
+      const base = { id: d.id, side, wallMs, load1: os.loadavg()[0] ?? 0 }
+      return result !== undefined
+        ? { ...base, ok: true, result: JSON.parse(result) as WakeResult }
+        : { ...base, ok: false, error }
+    }
+  )
 
 // ---------- plan ----------
 
@@ -270,9 +339,6 @@ const main = async () => {
   const unavailable = ensureDeps()
   const names = CONTENDER_NAMES.filter((n) => !ONLY_CONTENDERS || ONLY_CONTENDERS.has(n) || n === "raw")
   const contenders = await Promise.all(names.map(loadContender))
-  mkdirSync(CACHE_DIR, { recursive: true })
-  const bundles = new Map<string, string | undefined>()
-  for (const c of contenders) if (!unavailable.has(c.name)) bundles.set(c.name, await bundleChild(c.name))
   const wanted = new Set<WorkloadId>()
   for (const w of WORKLOADS) {
     if (ONLY_WORKLOADS && !ONLY_WORKLOADS.has(w.id)) continue
@@ -281,6 +347,20 @@ const main = async () => {
     if (w.id === "claim-1m" || w.id === "claim-dead100k") wanted.add("claim-1k")
   }
   const workloads = WORKLOADS.filter((w) => wanted.has(w.id))
+  // waking: alkstore against raw, so it runs when alkstore is among the contenders
+  const wakeDefs = WAKE_SCENARIOS.filter((d) =>
+    (!ONLY_WORKLOADS || ONLY_WORKLOADS.has(d.id)) && contenders.some((c) => c.name === "alkstore")
+  )
+  const unknown = [...(ONLY_WORKLOADS ?? [])].filter((id) =>
+    !WORKLOADS.some((w) => w.id === id) && !WAKE_SCENARIOS.some((d) => d.id === id)
+  )
+  if (unknown.length > 0) console.log(`(BENCH_WORKLOADS: unknown ids ignored: ${unknown.join(", ")})`)
+  mkdirSync(CACHE_DIR, { recursive: true })
+  const bundles = new Map<string, string | undefined>()
+  if (workloads.length > 0) {
+    for (const c of contenders) if (!unavailable.has(c.name)) bundles.set(c.name, await bundleChild(c.name))
+  }
+  const wakeBundle = wakeDefs.length > 0 && !unavailable.has("alkstore") ? await bundleWaking() : undefined
 
   const plan: Array<Planned> = []
   for (const w of workloads) {
@@ -296,14 +376,20 @@ const main = async () => {
   console.log(
     `alkstore bench: ${REPS} rounds (the 1M-row workloads in ${HEAVY_REPS}) × ${toRun.length} runs ` +
       `(${QUICK ? "QUICK sizes" : "full sizes"}, children ${BUNDLE ? "bundled" : "via tsx"}), ` +
-      `contenders: ${contenders.map((c) => c.name).join(", ")}`
+      `contenders: ${contenders.map((c) => c.name).join(", ")}` +
+      (wakeDefs.length > 0 ? `; then waking: ${wakeDefs.map((d) => d.id).join(", ")} (alkstore and raw, once)` : "")
   )
 
   const rendered = env.BENCH_RENDER
-    ? (JSON.parse(readFileSync(env.BENCH_RENDER, "utf8")) as { samples: Array<Sample>; totalS: number })
+    ? (JSON.parse(readFileSync(env.BENCH_RENDER, "utf8")) as {
+      samples: Array<Sample>
+      wake?: Array<WakeSample>
+      totalS: number
+    })
     : undefined
   if (rendered) console.log(`re-rendering ${env.BENCH_RENDER} (no measurements)`)
   const samples: Array<Sample> = rendered?.samples ?? []
+  const wakeSamples: Array<WakeSample> = rendered?.wake ?? []
   for (let round = 1; !rendered && round <= REPS; round++) {
     for (const w of workloads) {
       if (HEAVY.has(w.id) && round > HEAVY_REPS) continue
@@ -325,6 +411,30 @@ const main = async () => {
       }
     }
   }
+  for (const d of rendered ? [] : wakeDefs) {
+    for (const side of WAKE_SIDES) {
+      const quiet = await waitQuiet()
+      const s: WakeSample = unavailable.has("alkstore")
+        ? { id: d.id, side, ok: false, error: unavailable.get("alkstore"), wallMs: 0, load1: 0 }
+        : { ...(await runWakeChild(d, side, wakeBundle)), quietStart: quiet }
+      wakeSamples.push(s)
+      const elapsed = ((performance.now() - started) / 1000).toFixed(0)
+      const r = s.result
+      const lat = r?.latenciesMs ?? []
+      console.log(
+        `[${elapsed.padStart(4)} s] waking  ${d.id.padEnd(17)} ${side.padEnd(8)} ` +
+          (!s.ok || !r
+            ? `FAILED: ${s.error}`
+            : r.cpuPercent !== undefined
+            ? `${fmtPct(r.cpuPercent)} of a core`
+            : lat.length > 0
+            ? `n=${lat.length}  p50 ${fmtMs(percentile(lat, 50))}  p99 ${fmtMs(percentile(lat, 99))}`
+            : "no samples") +
+          `  (child ${(s.wallMs / 1000).toFixed(1)} s)` +
+          (quiet ? "" : "  [machine busy at start]")
+      )
+    }
+  }
   const totalS = rendered?.totalS ?? (performance.now() - started) / 1000
 
   const cells: Array<Cell> = plan.map((p) => buildCell(p.contender, p.workload, p.sizes, p.na, samples))
@@ -335,24 +445,37 @@ const main = async () => {
     : path.join(ROOT, "docs")
   mkdirSync(outDir, { recursive: true })
 
-  const results = resultRows(cells)
-  console.log("\n" + textTable(results.header, results.rows))
-  const flat = flatnessRows(cells, contenders, samples)
-  console.log("\n" + textTable(flat.header, flat.rows))
-  const targets = targetRows(cells, samples)
-  console.log("\nissue-5 targets (alkstore):\n" + textTable(targets.header, targets.rows))
-
   const svgName = "benchmarks-ratios.svg"
+  if (cells.length > 0) {
+    const results = resultRows(cells)
+    console.log("\n" + textTable(results.header, results.rows))
+    const flat = flatnessRows(cells, contenders, samples)
+    console.log("\n" + textTable(flat.header, flat.rows))
+    const targets = targetRows(cells, samples)
+    console.log("\nissue-5 targets (alkstore):\n" + textTable(targets.header, targets.rows))
+    writeFileSync(
+      path.join(outDir, svgName),
+      ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`, RATIO_GOALS)
+    )
+  }
+  const wakeShown = WAKE_SCENARIOS.filter((d) => wakeSamples.some((s) => s.id === d.id))
+  if (wakeShown.length > 0) {
+    const wake = wakeRows(wakeShown, wakeSamples)
+    console.log("\nwaking (issue-4 targets, alkstore vs raw):\n" + textTable(wake.header, wake.rows))
+    const diag = wakeDiagRows(wakeShown, wakeSamples)
+    console.log("\nwaking diagnostics:\n" + textTable(diag.header, diag.rows))
+  }
   writeFileSync(
-    path.join(outDir, svgName),
-    ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`, RATIO_GOALS)
+    path.join(outDir, "benchmarks.md"),
+    markdown(cells, samples, wakeShown, wakeSamples, contenders, unavailable, totalS, svgName)
   )
-  writeFileSync(path.join(outDir, "benchmarks.md"), markdown(cells, samples, contenders, unavailable, totalS, svgName))
   if (!rendered) {
-    const raw = { reps: REPS, heavyReps: HEAVY_REPS, quick: QUICK, totalS, sizes: BASE, samples }
+    const raw = { reps: REPS, heavyReps: HEAVY_REPS, quick: QUICK, totalS, sizes: BASE, wakeSettings: WAKE, samples, wake: wakeSamples }
     writeFileSync(path.join(outDir, "benchmarks-samples.json"), JSON.stringify(raw, null, 1) + "\n")
   }
-  console.log(`\nwrote ${path.join(outDir, "benchmarks.md")} and ${svgName} (total ${totalS.toFixed(0)} s)`)
+  console.log(
+    `\nwrote ${path.join(outDir, "benchmarks.md")}${cells.length > 0 ? ` and ${svgName}` : ""} (total ${totalS.toFixed(0)} s)`
+  )
 }
 
 // ---------- tables ----------
@@ -455,7 +578,7 @@ const targetRows = (cells: ReadonlyArray<Cell>, samples: ReadonlyArray<Sample>) 
 
 // ---------- markdown ----------
 
-const loadNote = (samples: ReadonlyArray<Sample>): string => {
+const loadNote = (samples: ReadonlyArray<Pick<Sample, "load1" | "quietStart">>): string => {
   const loads = spread(samples.map((s) => s.load1))
   if (!loads) return ""
   const cores = os.cpus().length
@@ -481,6 +604,8 @@ const pkgVersion = (rel: string): string | undefined => {
 const markdown = (
   cells: ReadonlyArray<Cell>,
   samples: ReadonlyArray<Sample>,
+  wakeDefs: ReadonlyArray<WakeDef>,
+  wakeSamples: ReadonlyArray<WakeSample>,
   contenders: ReadonlyArray<Contender>,
   unavailable: Map<string, string>,
   totalS: number,
@@ -511,13 +636,43 @@ const markdown = (
   const childMode = BUNDLE
     ? "run as a per-contender esbuild bundle in `bench/.cache/`, so a child does not pay ~2 s of TypeScript loading; `BENCH_BUNDLE=0` runs it through tsx"
     : "run through tsx"
+  const throughput = cells.length > 0
+  const command = [
+    QUICK ? "BENCH_QUICK=1" : "",
+    env.BENCH_REPS ? `BENCH_REPS=${REPS}` : "",
+    env.BENCH_WORKLOADS ? `BENCH_WORKLOADS=${env.BENCH_WORKLOADS}` : "",
+    env.BENCH_CONTENDERS ? `BENCH_CONTENDERS=${env.BENCH_CONTENDERS}` : "",
+    "npm run bench"
+  ].filter(Boolean).join(" ")
+  const wake = wakeDefs.length > 0 ? wakeMarkdown(wakeDefs, wakeSamples, WAKE) : ""
+  const machine = `## Machine
+
+${loadNote([...samples, ...wakeSamples])}
+
+| | |
+| --- | --- |
+| CPU | ${cpus[0]?.model ?? "unknown"} |
+| cores | ${cpus.length} |
+| RAM | ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB |
+| Node | ${process.version} |
+| OS | ${os.type()} ${os.release()} (${os.arch()}) |`
+  if (!throughput) {
+    return `# Benchmarks
+
+Waking only (issue 4). Generated by \`${command}\` on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC,
+${wakeSamples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: smoke test only.**" : ""}
+
+${machine}
+
+${wake}`
+  }
   return `# Benchmarks
 
-Issue 5: *close to raw SQLite, ahead of every peer, measured side by side.*
+Issue 5: *close to raw SQLite, ahead of every peer, measured side by side.*${wake ? " Issue 4: *waking without polling* (section \"Waking\")." : ""}
 
-Generated by \`${QUICK ? "BENCH_QUICK=1 " : ""}${env.BENCH_REPS ? `BENCH_REPS=${REPS} ` : ""}npm run bench\` on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC,
+Generated by \`${command}\` on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC,
 ${REPS} interleaved rounds (the 1M-row workloads \`claim-1m\` and \`memory-1m\` in the first ${HEAVY_REPS} of them:
-\`BENCH_HEAVY_REPS\`), ${samples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: small sizes, smoke test only — not the issue-5 figures.**" : ""}
+\`BENCH_HEAVY_REPS\`), ${samples.length + wakeSamples.length} child runs, ${totalS.toFixed(0)} s in total.${QUICK ? "\n\n**QUICK run: small sizes, smoke test only — not the issue-5 figures.**" : ""}
 
 ![paired ratios vs raw](${svgName})
 
@@ -542,17 +697,7 @@ ${REPS} interleaved rounds (the 1M-row workloads \`claim-1m\` and \`memory-1m\` 
   \`WHERE id IN (SELECT … LIMIT 100)\` and delete the 100 in one transaction. Payloads are JSON.stringify'd on
   enqueue and JSON.parse'd on claim, like a library does.
 
-## Machine
-
-${loadNote(samples)}
-
-| | |
-| --- | --- |
-| CPU | ${cpus[0]?.model ?? "unknown"} |
-| cores | ${cpus.length} |
-| RAM | ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB |
-| Node | ${process.version} |
-| OS | ${os.type()} ${os.release()} (${os.arch()}) |
+${machine}
 
 ## Contenders
 
@@ -600,7 +745,7 @@ ${mdTable(
 ## Issue-5 targets (alkstore)
 
 ${mdTable(targets.header, targets.rows)}
-
+${wake ? `\n${wake}` : ""}
 ## Peer notes
 
 - **plainjob**: ack = \`markJobAsDone\` (an UPDATE; done rows stay until its maintenance removes them after 7 days).

@@ -1,0 +1,572 @@
+/**
+ * The waking benchmark (issue 4, item 5; CONTRACT §7): how fast an idle
+ * worker sees a new job, and what an idle worker costs.
+ *
+ * Scenarios (ids usable in BENCH_WORKLOADS), each measured for alkstore and
+ * for a raw better-sqlite3 baseline, every measurement in its own fresh child
+ * process (bench/waking-child.ts) on a fresh WAL file:
+ *
+ * - `wake-inprocess`: a worker waits in `queue.process` (concurrency 1); the
+ *   same process enqueues one job; latency = `performance.now()` on the
+ *   handler's first line − `performance.now()` just before `enqueue`. A random
+ *   2–5 ms real sleep between samples lets the worker go idle each time.
+ *   Raw floor: a raw INSERT then a raw claim `UPDATE … RETURNING`, back to
+ *   back in one process (what a library could reach at best; no waking at all).
+ * - `wake-crossprocess`: the worker process (A) waits in `process`; a second
+ *   OS process (B, spawned by A) enqueues into the same file when A tells it
+ *   to (IPC, one job per sample, A paces). Latency = A's handler time − B's
+ *   time right after its enqueue committed, on the clock
+ *   `performance.timeOrigin + performance.now()` in both processes.
+ *   Raw baseline: A polls a raw claim statement on a 1 ms `setTimeout` loop,
+ *   B does a raw INSERT ("raw polling at 1 ms").
+ * - `idle-cpu`: a process with a store and a worker waiting in `process`,
+ *   nothing enqueued: `process.cpuUsage()` over 10 s of wall time, as percent
+ *   of one core. Baseline: the raw 1 ms poller, idle.
+ *
+ * Everything alkstore goes through the public API (`src/index.ts`), loaded
+ * lazily so raw children never evaluate Effect.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+
+export type WakeId = "wake-inprocess" | "wake-crossprocess" | "idle-cpu"
+export type WakeSide = "alkstore" | "raw"
+export const WAKE_SIDES: ReadonlyArray<WakeSide> = ["alkstore", "raw"]
+
+export interface WakeSettings {
+  /** timed samples per latency scenario */
+  readonly samples: number
+  /** untimed samples before them (JIT warm-up) */
+  readonly warmup: number
+  /** real sleep between samples: uniform in [gapMinMs, gapMaxMs] */
+  readonly gapMinMs: number
+  readonly gapMaxMs: number
+  /** idle-cpu: untimed settling time, then the measured wall time */
+  readonly settleMs: number
+  readonly idleMs: number
+  /** a sample not delivered within this is counted as missed */
+  readonly sampleTimeoutMs: number
+  /** sampling stops after this much wall time (the result says how many it got) */
+  readonly budgetMs: number
+}
+
+export const wakeSettings = (quick: boolean, env: NodeJS.ProcessEnv): WakeSettings => ({
+  samples: Number(env.BENCH_WAKE_SAMPLES ?? (quick ? 200 : 500)),
+  warmup: 20,
+  gapMinMs: 2,
+  gapMaxMs: 5,
+  settleMs: 1_000,
+  idleMs: Number(env.BENCH_WAKE_IDLE_S ?? (quick ? 3 : 10)) * 1000,
+  sampleTimeoutMs: 6_000,
+  budgetMs: 20_000
+})
+
+export interface WakeTarget {
+  readonly p50?: number
+  readonly p99?: number
+  /** idle-cpu: percent of one core */
+  readonly cpu?: number
+}
+
+export interface WakeDef {
+  readonly id: WakeId
+  readonly title: string
+  readonly what: string
+  readonly baseline: string
+  readonly target: WakeTarget
+}
+
+export const WAKE_SCENARIOS: ReadonlyArray<WakeDef> = [
+  {
+    id: "wake-inprocess",
+    title: "enqueue→handler, in-process",
+    what:
+      "worker waiting in `process` (concurrency 1), the same process enqueues one job; from just before `enqueue` to the handler's first line (`performance.now()`); 2–5 ms real sleep between samples",
+    baseline: "raw INSERT + raw claim `UPDATE … RETURNING` back to back in one process (the floor; no waiting involved)",
+    target: { p50: 0.5, p99: 2 }
+  },
+  {
+    id: "wake-crossprocess",
+    title: "enqueue→handler, cross-process",
+    what:
+      "worker process waiting in `process`; a second OS process enqueues into the same file; handler time − time right after the enqueue committed, both on `performance.timeOrigin + performance.now()`",
+    baseline: "raw polling at 1 ms: process A runs a raw claim statement on a 1 ms `setTimeout` loop, process B does a raw INSERT",
+    target: { p50: 2, p99: 10 }
+  },
+  {
+    id: "idle-cpu",
+    title: "idle CPU of a waiting worker",
+    what: "one store, one worker waiting in `process`, nothing enqueued; `process.cpuUsage()` over the measured wall time",
+    baseline: "raw polling at 1 ms, idle (the same claim loop as the cross-process baseline)",
+    target: { cpu: 1 }
+  }
+]
+
+export const isWakeId = (s: string): s is WakeId => WAKE_SCENARIOS.some((w) => w.id === s)
+
+/** What a waking child prints (one `RESULT {json}` line). */
+export interface WakeResult {
+  /** latency scenarios: one latency per timed sample, in milliseconds, in sample order */
+  readonly latenciesMs?: ReadonlyArray<number>
+  /** idle-cpu: percent of one core */
+  readonly cpuPercent?: number
+  /** diagnostic series in milliseconds (e.g. the enqueue call alone), reported as p50/p99 */
+  readonly series?: Readonly<Record<string, ReadonlyArray<number>>>
+  /** diagnostic single values */
+  readonly values?: Readonly<Record<string, number>>
+  readonly notes?: ReadonlyArray<string>
+}
+
+// ---------- shared helpers ----------
+
+const QUEUE = "wake"
+const WORKER = "w1"
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
+const gapOf = (s: WakeSettings) => () => s.gapMinMs + Math.random() * (s.gapMaxMs - s.gapMinMs)
+/** The clock both processes of the cross-process scenario share (wall-clock based). */
+const clock = () => performance.timeOrigin + performance.now()
+/**
+ * This process's `clock()` minus CLOCK_MONOTONIC (`process.hrtime`, one clock
+ * for every process on Linux): two processes whose values differ by d read
+ * `clock()` d ms apart at the same instant.
+ */
+const clockSkew = (): number => {
+  const xs: Array<number> = []
+  for (let i = 0; i < 21; i++) xs.push(clock() - Number(process.hrtime.bigint()) / 1e6)
+  xs.sort((a, b) => a - b)
+  return xs[10]!
+}
+
+/**
+ * The raw baseline's table: the same shape and claim statement as
+ * bench/contenders/raw.ts (one pending-partial index, claim = one
+ * `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING *`).
+ */
+const openRaw = async (file: string, create: boolean) => {
+  const { default: Database } = await import("better-sqlite3")
+  const db = new Database(file)
+  db.pragma("journal_mode = WAL")
+  db.pragma("synchronous = NORMAL")
+  if (create) {
+    db.exec(`
+      CREATE TABLE IF NOT EXISTS jobs (
+        id INTEGER PRIMARY KEY,
+        queue TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        priority INTEGER NOT NULL DEFAULT 0,
+        run_at INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        claimed_until INTEGER,
+        worker_id TEXT
+      );
+      CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
+    `)
+  }
+  const insert = db.prepare(
+    "INSERT INTO jobs (queue, payload, priority, run_at, state, attempts) VALUES (?, ?, 0, ?, 'pending', 0)"
+  )
+  const claimOne = db.prepare(
+    `UPDATE jobs SET state = 'claimed', attempts = attempts + 1, claimed_until = ?, worker_id = ?
+     WHERE id = (SELECT id FROM jobs WHERE queue = ? AND state = 'pending' AND run_at <= ?
+                 ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING *`
+  )
+  const ack = db.prepare("DELETE FROM jobs WHERE id = ?")
+  return {
+    db,
+    enqueue: (n: number) => insert.run(QUEUE, JSON.stringify({ n }), Date.now()),
+    /** claims one job (JSON.parse of its payload included) */
+    claim: (): { readonly id: number; readonly n: number } | undefined => {
+      const now = Date.now()
+      const row = claimOne.get(now + 300_000, WORKER, QUEUE, now) as { id: number; payload: string } | undefined
+      return row === undefined ? undefined : { id: row.id, n: (JSON.parse(row.payload) as { n: number }).n }
+    },
+    ack: (id: number) => ack.run(id)
+  }
+}
+
+/** A raw worker that polls the claim statement every 1 ms (setTimeout); `onJob` is its handler. */
+const rawPoller = (raw: Awaited<ReturnType<typeof openRaw>>, onJob: (n: number, at: number) => void) => {
+  let timer: NodeJS.Timeout | undefined
+  const tick = () => {
+    const job = raw.claim()
+    if (job !== undefined) {
+      onJob(job.n, clock()) // the handler's first line
+      raw.ack(job.id)
+    }
+    timer = setTimeout(tick, 1)
+  }
+  timer = setTimeout(tick, 1)
+  return () => clearTimeout(timer)
+}
+
+const alkstore = async (file: string) => {
+  const effect = await import("effect")
+  const { Queues, SqliteStore } = await import("../src/index.js")
+  const rt = effect.ManagedRuntime.make(SqliteStore.layer({ filename: file }))
+  const q = await rt.runPromise(effect.Effect.flatMap(Queues.Queues, (s) => s.queue(QUEUE)))
+  return { ...effect, rt, q }
+}
+
+/** Untimed settling: lets the worker reach its wait. */
+const SETTLE_MS = 200
+
+// ---------- wake-inprocess ----------
+
+const alkInProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const { Deferred, Duration, Effect, Fiber, Option, rt, q } = await alkstore(file)
+  const gap = gapOf(s)
+  const program = Effect.gen(function*() {
+    const total = s.warmup + s.samples
+    const handlerAt = new Float64Array(total)
+    let seen = yield* Deferred.make<void>()
+    const worker = yield* Effect.fork(
+      q.process(WORKER, (job) => {
+        const t = performance.now() // the handler's first line
+        handlerAt[(job.payload as { n: number }).n] = t
+        return Deferred.succeed(seen, undefined)
+      }, { concurrency: 1 })
+    )
+    yield* Effect.sleep(Duration.millis(SETTLE_MS))
+    const latency: Array<number> = []
+    const enqueueCall: Array<number> = []
+    const afterEnqueue: Array<number> = []
+    let missed = 0
+    const deadline = performance.now() + s.budgetMs
+    for (let i = 0; i < total && performance.now() < deadline; i++) {
+      yield* Effect.sleep(Duration.millis(gap()))
+      seen = yield* Deferred.make<void>()
+      const t0 = performance.now()
+      yield* q.enqueue({ n: i })
+      const t1 = performance.now()
+      const got = yield* Deferred.await(seen).pipe(Effect.timeout(Duration.millis(s.sampleTimeoutMs)), Effect.option)
+      if (Option.isNone(got)) {
+        missed++
+        continue
+      }
+      if (i < s.warmup) continue
+      latency.push(handlerAt[i]! - t0)
+      enqueueCall.push(t1 - t0)
+      afterEnqueue.push(handlerAt[i]! - t1)
+    }
+    yield* Fiber.interrupt(worker)
+
+    // Diagnostic: the claim alone (no waiting): enqueue, let it settle, time `claim`.
+    const claimCall: Array<number> = []
+    for (let i = 0; i < s.warmup + Math.min(200, s.samples); i++) {
+      yield* q.enqueue({ n: -1 })
+      yield* Effect.sleep(Duration.millis(gap()))
+      const t0 = performance.now()
+      const h = yield* q.claim(WORKER)
+      const t1 = performance.now()
+      if (Option.isNone(h)) return yield* Effect.die(new Error("claim found nothing"))
+      yield* h.value.ack
+      if (i >= s.warmup) claimCall.push(t1 - t0)
+    }
+    return {
+      latenciesMs: latency,
+      series: {
+        "enqueue call (before enqueue → it returned)": enqueueCall,
+        "enqueue returned → handler": afterEnqueue,
+        "claim call alone (job already pending, no worker waiting)": claimCall
+      },
+      notes: missed > 0 ? [`${missed} samples not delivered within ${s.sampleTimeoutMs} ms`] : []
+    } satisfies WakeResult
+  })
+  try {
+    return await rt.runPromise(program)
+  } finally {
+    await rt.dispose()
+  }
+}
+
+const rawInProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const raw = await openRaw(file, true)
+  const gap = gapOf(s)
+  const latency: Array<number> = []
+  const insert: Array<number> = []
+  const claim: Array<number> = []
+  for (let i = 0; i < s.warmup + s.samples; i++) {
+    await sleep(gap())
+    const t0 = performance.now()
+    raw.enqueue(i)
+    const t1 = performance.now()
+    const job = raw.claim()
+    const t2 = performance.now()
+    if (job?.n !== i) throw new Error(`raw: claimed ${job?.n}, expected ${i}`)
+    raw.ack(job.id)
+    if (i < s.warmup) continue
+    latency.push(t2 - t0)
+    insert.push(t1 - t0)
+    claim.push(t2 - t1)
+  }
+  raw.db.close()
+  return {
+    latenciesMs: latency,
+    series: { "raw INSERT alone": insert, "raw claim UPDATE … RETURNING alone": claim }
+  }
+}
+
+// ---------- wake-crossprocess ----------
+
+type ToEnqueuer = { readonly t: "go"; readonly n: number } | { readonly t: "done" }
+type FromEnqueuer =
+  | { readonly t: "ready"; readonly skew: number }
+  | { readonly t: "commits"; readonly commits: Record<number, number>; readonly enqueueMs: Array<number>; readonly skew: number }
+
+/** Spawns this child entry again as the enqueuing process B (IPC channel on fd 3). */
+const spawnEnqueuer = (side: WakeSide, file: string): ChildProcess =>
+  spawn(process.execPath, [...process.execArgv, process.argv[1]!, "enqueuer", side, file], {
+    stdio: ["ignore", "ignore", "inherit", "ipc"]
+  })
+
+const nextMessage = <T extends FromEnqueuer["t"]>(child: ChildProcess, t: T): Promise<Extract<FromEnqueuer, { t: T }>> =>
+  new Promise((resolve, reject) => {
+    const onMessage = (m: FromEnqueuer) => {
+      if (m.t !== t) return
+      child.off("message", onMessage)
+      child.off("exit", onExit)
+      resolve(m as Extract<FromEnqueuer, { t: T }>)
+    }
+    const onExit = (code: number | null) => reject(new Error(`enqueuer exited (${code}) before "${t}"`))
+    child.on("message", onMessage)
+    child.on("exit", onExit)
+  })
+
+/**
+ * Process A's side of the cross-process scenario, for either worker: spawns
+ * B, asks it for one job per sample (after a 2–5 ms idle gap), waits for the
+ * worker to see it, then pairs A's handler times with B's commit times.
+ */
+const driveCrossProcess = async (
+  side: WakeSide,
+  file: string,
+  s: WakeSettings,
+  handlerAt: Map<number, number>,
+  waitFor: (n: number) => Promise<boolean>
+): Promise<WakeResult> => {
+  const child = spawnEnqueuer(side, file)
+  try {
+    const ready = await nextMessage(child, "ready")
+    const gap = gapOf(s)
+    const total = s.warmup + s.samples
+    let missed = 0
+    const deadline = performance.now() + s.budgetMs
+    let sent = 0
+    for (; sent < total && performance.now() < deadline; sent++) {
+      await sleep(gap())
+      child.send({ t: "go", n: sent } satisfies ToEnqueuer)
+      if (!(await waitFor(sent))) missed++
+    }
+    const done = nextMessage(child, "commits")
+    child.send({ t: "done" } satisfies ToEnqueuer)
+    const { commits, enqueueMs, skew } = await done
+    const latency: Array<number> = []
+    for (let n = s.warmup; n < sent; n++) {
+      const h = handlerAt.get(n)
+      const c = commits[n]
+      if (h !== undefined && c !== undefined) latency.push(h - c)
+    }
+    const mySkew = clockSkew()
+    return {
+      latenciesMs: latency,
+      series: { [`enqueuer: ${side === "raw" ? "raw INSERT" : "enqueue"} call in process B`]: enqueueMs.slice(s.warmup) },
+      values: {
+        "clock disagreement A−B (ms; timeOrigin+now vs CLOCK_MONOTONIC)": mySkew - (ready.skew + skew) / 2
+      },
+      notes: missed > 0 ? [`${missed} samples not delivered within ${s.sampleTimeoutMs} ms`] : []
+    }
+  } finally {
+    child.kill()
+  }
+}
+
+const withTimeout = (p: Promise<void>, ms: number): Promise<boolean> =>
+  new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms)
+    void p.then(() => {
+      clearTimeout(timer)
+      resolve(true)
+    })
+  })
+
+/** `waitFor(n)` for a worker whose handler calls `seen(n, at)`. */
+const arrivals = (timeoutMs: number) => {
+  const handlerAt = new Map<number, number>()
+  const waiting = new Map<number, () => void>()
+  return {
+    handlerAt,
+    seen: (n: number, at: number) => {
+      handlerAt.set(n, at)
+      waiting.get(n)?.()
+    },
+    waitFor: (n: number) => {
+      if (handlerAt.has(n)) return Promise.resolve(true)
+      return withTimeout(new Promise<void>((r) => waiting.set(n, r)), timeoutMs)
+    }
+  }
+}
+
+const alkCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const { Effect, Fiber, rt, q } = await alkstore(file)
+  const a = arrivals(s.sampleTimeoutMs)
+  const worker = rt.runFork(q.process(WORKER, (job) => {
+    const t = clock() // the handler's first line
+    a.seen((job.payload as { n: number }).n, t)
+    return Effect.void
+  }, { concurrency: 1 }))
+  await sleep(SETTLE_MS)
+  try {
+    return await driveCrossProcess("alkstore", file, s, a.handlerAt, a.waitFor)
+  } finally {
+    await rt.runPromise(Fiber.interrupt(worker))
+    await rt.dispose()
+  }
+}
+
+const rawCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const raw = await openRaw(file, true)
+  const a = arrivals(s.sampleTimeoutMs)
+  const stop = rawPoller(raw, a.seen)
+  try {
+    const r = await driveCrossProcess("raw", file, s, a.handlerAt, a.waitFor)
+    return { ...r, notes: [...(r.notes ?? []), "raw polling at 1 ms (setTimeout(1) loop on the claim statement)"] }
+  } finally {
+    stop()
+    raw.db.close()
+  }
+}
+
+/**
+ * Process A paces the samples from a timer callback, so its "go" lands in the
+ * same timer pass as its own poller's or watcher's ticks: without a random
+ * phase the commit would always arrive just after a tick (and wait a whole
+ * period). B therefore busy-waits a random 0–3 ms before it enqueues, which
+ * spreads the commits over more than a full 1 ms poll / 2 ms watcher period.
+ */
+const PHASE_SPREAD_MS = 3
+const spin = (ms: number) => {
+  const until = performance.now() + ms
+  while (performance.now() < until) {
+    // busy: a timer would re-align to the event loop's millisecond ticks
+  }
+}
+
+/** Process B: enqueues one job per "go" (after a random phase), notes the time right after it committed. */
+export const runEnqueuer = async (side: WakeSide, file: string): Promise<void> => {
+  const commits: Record<number, number> = {}
+  const enqueueMs: Array<number> = []
+  let enqueue: (n: number) => Promise<number>
+  let close: () => Promise<void>
+  if (side === "raw") {
+    const raw = await openRaw(file, false)
+    enqueue = async (n) => {
+      const t0 = performance.now()
+      raw.enqueue(n) // autocommit: committed when run() returns
+      const at = clock()
+      enqueueMs.push(performance.now() - t0)
+      return at
+    }
+    close = async () => {
+      raw.db.close()
+    }
+  } else {
+    const { Effect, rt, q } = await alkstore(file)
+    enqueue = (n) =>
+      rt.runPromise(Effect.suspend(() => {
+        const t0 = performance.now()
+        return Effect.map(q.enqueue({ n }), () => {
+          const at = clock() // enqueue returned: its transaction committed
+          enqueueMs.push(performance.now() - t0)
+          return at
+        })
+      }))
+    close = () => rt.dispose()
+  }
+  const send = (m: FromEnqueuer) => new Promise<void>((r) => process.send!(m, () => r()))
+  let chain = Promise.resolve()
+  process.on("message", (m: ToEnqueuer) => {
+    chain = chain.then(async () => {
+      if (m.t === "go") {
+        spin(Math.random() * PHASE_SPREAD_MS)
+        commits[m.n] = await enqueue(m.n)
+      }
+      else {
+        await send({ t: "commits", commits, enqueueMs, skew: clockSkew() })
+        await close()
+        process.exit(0)
+      }
+    }).catch((e) => {
+      console.error(e instanceof Error ? (e.stack ?? e.message) : String(e))
+      process.exit(1)
+    })
+  })
+  await send({ t: "ready", skew: clockSkew() })
+}
+
+// ---------- idle-cpu ----------
+
+/** Measures this process over `s.idleMs` while `idle` work waits in it. */
+const measureIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const { default: Database } = await import("better-sqlite3")
+  // A connection that never writes: its data_version moves iff somebody else committed.
+  const observer = new Database(file, { readonly: true })
+  const dataVersion = observer.prepare("PRAGMA data_version").pluck()
+  await sleep(s.settleMs)
+  const v0 = dataVersion.get() as number
+  const r0 = process.resourceUsage()
+  const c0 = process.cpuUsage()
+  const w0 = performance.now()
+  await sleep(s.idleMs)
+  const cpu = process.cpuUsage(c0)
+  const wallMs = performance.now() - w0
+  const r1 = process.resourceUsage()
+  const v1 = dataVersion.get() as number
+  observer.close()
+  return {
+    cpuPercent: ((cpu.user + cpu.system) / 1000 / wallMs) * 100,
+    values: {
+      "measured wall time (s)": wallMs / 1000,
+      "user CPU (ms)": cpu.user / 1000,
+      "system CPU (ms)": cpu.system / 1000,
+      "voluntary context switches / s": ((r1.voluntaryContextSwitches - r0.voluntaryContextSwitches) / wallMs) * 1000,
+      "commits by anyone during the idle window (0 = no writes)": v1 === v0 ? 0 : 1
+    }
+  }
+}
+
+const alkIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const { Effect, Fiber, rt, q } = await alkstore(file)
+  const worker = rt.runFork(q.process(WORKER, () => Effect.void, { concurrency: 1 }))
+  try {
+    return await measureIdle(file, s)
+  } finally {
+    await rt.runPromise(Fiber.interrupt(worker))
+    await rt.dispose()
+  }
+}
+
+const rawIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const raw = await openRaw(file, true)
+  const stop = rawPoller(raw, () => {})
+  try {
+    const r = await measureIdle(file, s)
+    return { ...r, notes: ["raw polling at 1 ms, nothing enqueued"] }
+  } finally {
+    stop()
+    raw.db.close()
+  }
+}
+
+// ---------- entry ----------
+
+export const runWake = (id: WakeId, side: WakeSide, file: string, s: WakeSettings): Promise<WakeResult> => {
+  switch (id) {
+    case "wake-inprocess":
+      return side === "raw" ? rawInProcess(file, s) : alkInProcess(file, s)
+    case "wake-crossprocess":
+      return side === "raw" ? rawCrossProcess(file, s) : alkCrossProcess(file, s)
+    case "idle-cpu":
+      return side === "raw" ? rawIdle(file, s) : alkIdle(file, s)
+  }
+}
