@@ -18,6 +18,7 @@ import {
   type Stamp
 } from "./options.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
+import type { WakeReason } from "./wake.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -174,10 +175,14 @@ export const makeQueue = <A>(
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
     Effect.gen(function*() {
+      let reason: WakeReason = "changed"
       while (true) {
         const ticket = engine.wake.ticket(name)
         const at = yield* now
-        const handles = (yield* storage.hasClaimable(name, at)) ? yield* claimUpTo(workerId, n) : []
+        // A signal from this process means work is there: claim at once. Any
+        // other wake asks with a read first, so idle waiters never write.
+        const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
+        const handles = look ? yield* claimUpTo(workerId, n) : []
         if (handles.length > 0) {
           ticket.cancel()
           engine.wake.signal(name, 1) // pass the baton: there may be more
@@ -188,9 +193,7 @@ export const makeQueue = <A>(
           onNone: () => engine.settings.fallbackPollMillis,
           onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
         })
-        yield* restore(Effect.raceFirst(ticket.await, Effect.sleep(Duration.millis(wakeAfter)))).pipe(
-          Effect.ensuring(Effect.sync(ticket.cancel))
-        )
+        reason = yield* restore(ticket.wait(wakeAfter))
       }
     })
 

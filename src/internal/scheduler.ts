@@ -128,9 +128,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           maintenanceAt,
           result.now + settings.fallbackPollMillis
         )
-        yield* Effect.raceFirst(ticket.await, Effect.sleep(Duration.millis(Math.max(0, wakeAt - result.now)))).pipe(
-          Effect.ensuring(Effect.sync(ticket.cancel))
-        )
+        yield* ticket.wait(wakeAt - result.now)
       }
     })
 
@@ -169,9 +167,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
     while (true) {
       const ticket = engine.wake.ticket(leadershipTopic)
       yield* Effect.catchTag(runSchedules, "LeadershipLost", () => Effect.void)
-      yield* Effect.raceFirst(ticket.await, Effect.sleep(Duration.millis(settings.leaderTtlMillis / 2))).pipe(
-        Effect.ensuring(Effect.sync(ticket.cancel))
-      )
+      yield* ticket.wait(settings.leaderTtlMillis / 2)
     }
   })
 

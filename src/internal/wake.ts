@@ -1,4 +1,4 @@
-import { Deferred, Effect, Exit, FiberId } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
 import type { DatabaseReplaced } from "../StoreError.js"
 
 /**
@@ -22,15 +22,26 @@ export interface WakeHub {
   readonly onWaiting: (listener: (waiting: boolean) => void) => void
 }
 
+/**
+ * Why a wait ended: `signalled` by a commit in this process that concerns
+ * the topic (work is most likely there), `changed` by another connection's
+ * commit (maybe), or `timeout`.
+ */
+export type WakeReason = "signalled" | "changed" | "timeout"
+
 export interface Ticket {
-  /** Completes when the ticket is signalled (or fails if the file was replaced). */
-  readonly await: Effect.Effect<void, DatabaseReplaced>
+  /**
+   * Waits until the ticket is signalled or `millis` pass on the Effect
+   * `Clock` (so `TestClock` drives deadlines); fails if the file was
+   * replaced. The ticket is given back however the wait ends.
+   */
+  readonly wait: (millis: number) => Effect.Effect<WakeReason, DatabaseReplaced>
   /** Gives the ticket back unused, so a signal goes to a waiter that needs it. */
   readonly cancel: () => void
 }
 
 export const makeWakeHub = (): WakeHub => {
-  const topics = new Map<string, Set<Deferred.Deferred<void, DatabaseReplaced>>>()
+  const topics = new Map<string, Set<Deferred.Deferred<WakeReason, DatabaseReplaced>>>()
   const listeners: Array<(waiting: boolean) => void> = []
   let failure: DatabaseReplaced | undefined
   let waiting = 0
@@ -41,29 +52,32 @@ export const makeWakeHub = (): WakeHub => {
     if (before !== waiting > 0) for (const listener of listeners) listener(waiting > 0)
   }
 
-  const wake = (topic: string, count: number) => {
+  const wake = (topic: string, count: number, reason: WakeReason) => {
     const tickets = topics.get(topic)
     if (tickets === undefined) return
     for (const deferred of tickets) {
       if (count-- <= 0) break
       tickets.delete(deferred)
-      Deferred.unsafeDone(deferred, failure === undefined ? Exit.void : Exit.fail(failure))
+      Deferred.unsafeDone(deferred, failure === undefined ? Exit.succeed(reason) : Exit.fail(failure))
     }
     if (tickets.size === 0) topics.delete(topic)
   }
 
   return {
-    signal: (topic, count = 1) => wake(topic, count),
+    signal: (topic, count = 1) => wake(topic, count, "signalled"),
     signalAll: () => {
-      for (const topic of [...topics.keys()]) wake(topic, 1)
+      for (const topic of [...topics.keys()]) wake(topic, 1, "changed")
     },
     fail: (error) => {
       failure = error
-      for (const topic of [...topics.keys()]) wake(topic, Number.MAX_SAFE_INTEGER)
+      for (const topic of [...topics.keys()]) wake(topic, Number.MAX_SAFE_INTEGER, "changed")
     },
     ticket: (topic) => {
-      if (failure !== undefined) return { await: Effect.fail(failure), cancel: () => {} }
-      const deferred = Deferred.unsafeMake<void, DatabaseReplaced>(FiberId.none)
+      if (failure !== undefined) {
+        const replaced = failure
+        return { wait: () => Effect.fail(replaced), cancel: () => {} }
+      }
+      const deferred = Deferred.unsafeMake<WakeReason, DatabaseReplaced>(FiberId.none)
       let tickets = topics.get(topic)
       if (tickets === undefined) {
         tickets = new Set()
@@ -74,12 +88,28 @@ export const makeWakeHub = (): WakeHub => {
         const current = topics.get(topic)
         if (current?.delete(deferred) === true && current.size === 0) topics.delete(topic)
       }
+      // The deadline is a forked sleep that completes the same deferred: the
+      // wake path then interrupts it without waiting (no race to tear down).
+      const timer = (millis: number) =>
+        Effect.zipRight(
+          Effect.sleep(Duration.millis(Math.max(0, millis))),
+          Effect.sync(() => Deferred.unsafeDone(deferred, Exit.succeed<WakeReason>("timeout")))
+        )
       return {
-        await: Effect.acquireUseRelease(
-          Effect.sync(() => track(1)),
-          () => Deferred.await(deferred),
-          () => Effect.sync(() => track(-1))
-        ),
+        wait: (millis) =>
+          Effect.acquireUseRelease(
+            Effect.sync(() => track(1)),
+            () =>
+              Effect.flatMap(
+                Effect.fork(timer(millis)),
+                (sleeper) => Effect.ensuring(Deferred.await(deferred), Fiber.interruptFork(sleeper))
+              ),
+            () =>
+              Effect.sync(() => {
+                track(-1)
+                cancel()
+              })
+          ),
         cancel
       }
     },

@@ -36,7 +36,11 @@ export interface StoreSettings {
   readonly maintenanceEvery?: Duration.DurationInput
   /** The waiters' safety-net poll; default 5 s. */
   readonly fallbackPoll?: Duration.DurationInput
-  /** How often the cross-process watcher reads `PRAGMA data_version` while anybody waits; default 2 ms. */
+  /**
+   * How often the cross-process watcher polls `PRAGMA data_version` while
+   * anybody waits, where file-system events are unavailable; default 2 ms.
+   * (With events it reads on every event, and polls every 500 ms as a safety net.)
+   */
   readonly watchInterval?: Duration.DurationInput
 }
 
@@ -44,7 +48,7 @@ export interface StoreSettings {
 export interface OwnedSettings {
   /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
   readonly busyTimeout?: Duration.DurationInput
-  /** How often the background thread checkpoints the WAL (`PASSIVE`); default 100 ms. */
+  /** How often the background thread checkpoints the WAL (`PASSIVE`); default 200 ms. */
   readonly checkpointInterval?: Duration.DurationInput
 }
 
@@ -88,8 +92,9 @@ export const buildMechanisms = (
     if (isFile(filename)) {
       yield* startWatcher(wake, {
         filename,
-        intervalMillis: settings.watchIntervalMillis,
-        identityEveryMillis: 250
+        pollMillis: settings.watchIntervalMillis,
+        eventFallbackMillis: 500,
+        identityEveryMillis: 500
       })
     }
     const engine: EngineShape = {
@@ -125,7 +130,7 @@ export const layer = (
     const settings = yield* resolveSettings(options)
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
     const checkpointInterval =
-      (yield* optionalDurationMillis("checkpointInterval", options.checkpointInterval, { positive: true })) ?? 100
+      (yield* optionalDurationMillis("checkpointInterval", options.checkpointInterval, { positive: true })) ?? 200
     const owned = yield* makeOwnedConnection({
       filename: options.filename,
       busyTimeoutMillis: busyTimeout,

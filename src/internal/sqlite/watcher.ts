@@ -1,13 +1,16 @@
 import Sqlite from "better-sqlite3"
 import { Effect } from "effect"
 import * as fs from "node:fs"
+import * as path from "node:path"
 import { DatabaseReplaced } from "../../StoreError.js"
 import type { WakeHub } from "../wake.js"
 
 export interface WatcherOptions {
   readonly filename: string
-  /** How often `PRAGMA data_version` is read while anybody waits. */
-  readonly intervalMillis: number
+  /** How often `PRAGMA data_version` is polled while anybody waits, when file-system events are unavailable. */
+  readonly pollMillis: number
+  /** The safety-net poll while anybody waits, when file-system events arrive. */
+  readonly eventFallbackMillis: number
   /** How often the file's identity (device and inode) is checked while anybody waits. */
   readonly identityEveryMillis: number
 }
@@ -24,36 +27,39 @@ const identity = (filename: string): string | undefined => {
 /**
  * The store's one cross-process change feed for SQLite: a second, read-only
  * connection whose `PRAGMA data_version` moves whenever any other connection
- * (another process, or the store's own) commits. It polls only while some
- * waiter waits, and fails the waiters with `DatabaseReplaced` when the file
- * is deleted or renamed over, since nobody could wake them then.
+ * (another process, or the store's own) commits.
+ *
+ * What prompts a read of `data_version`: a file-system event on the database
+ * or its `-wal` file (another process's commit writes the WAL), so an idle
+ * waiter costs no timer wake-ups; where events are unavailable, a poll every
+ * `pollMillis` while anybody waits. A slow poll stays as a safety net. It
+ * also fails the waiters with `DatabaseReplaced` when the file is deleted or
+ * renamed over, since nobody could wake them then.
  *
  * Timers here are real time on purpose: they observe the file, not contract time.
  */
 export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const original = identity(options.filename)
-      const db = new Sqlite(options.filename, { readonly: true, fileMustExist: true, timeout: 0 })
+      const filename = path.resolve(options.filename)
+      const base = path.basename(filename)
+      const original = identity(filename)
+      const db = new Sqlite(filename, { readonly: true, fileMustExist: true, timeout: 0 })
       const dataVersion = db.prepare("PRAGMA data_version").pluck()
       let last = dataVersion.get() as number
+      let waiting = false
+      let closed = false
+      let failed = false
       let timer: NodeJS.Timeout | undefined
       let sinceIdentity = 0
-      let closed = false
-      const tick = () => {
-        timer = undefined
-        if (closed) return
-        sinceIdentity += options.intervalMillis
-        if (sinceIdentity >= options.identityEveryMillis) {
-          sinceIdentity = 0
-          const now = identity(options.filename)
-          if (now !== original) {
-            hub.fail(
-              new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" })
-            )
-            return
-          }
-        }
+
+      const checkIdentity = () => {
+        const now = identity(filename)
+        if (now === original) return
+        failed = true
+        hub.fail(new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" }))
+      }
+      const checkVersion = () => {
         try {
           const version = dataVersion.get() as number
           if (version !== last) {
@@ -61,14 +67,57 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             hub.signalAll()
           }
         } catch {
-          // A busy or vanished file shows up in the identity check; keep watching.
+          // A busy or vanished file shows up in the identity check.
         }
-        if (waiting) schedule()
+      }
+
+      // A WAL write is seen before the commit that makes it visible (the
+      // wal-index in shared memory moves last, without an event), so an event
+      // that finds no new version is followed up a few times, 1 ms apart.
+      let followUps = 0
+      let followUp: NodeJS.Timeout | undefined
+      const onEvent = () => {
+        followUp = undefined
+        if (closed || failed || !waiting) return
+        const before = last
+        checkVersion()
+        if (last === before && followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
+      }
+      let events: fs.FSWatcher | undefined
+      try {
+        events = fs.watch(path.dirname(filename), { persistent: false }, (event, name) => {
+          if (!waiting || closed || failed) return
+          if (name !== null && name !== base && name !== `${base}-wal`) return
+          if (event === "rename") checkIdentity()
+          // Commits write the WAL; writes to the database file itself are checkpoints.
+          if (failed || (name === base && event !== "rename")) return
+          followUps = 5
+          if (followUp === undefined) onEvent()
+        })
+        events.on("error", () => {
+          events?.close()
+          events = undefined
+        })
+      } catch {
+        events = undefined
+      }
+
+      const interval = () => (events === undefined ? options.pollMillis : options.eventFallbackMillis)
+      const tick = () => {
+        timer = undefined
+        if (closed || failed || !waiting) return
+        sinceIdentity += interval()
+        if (sinceIdentity >= options.identityEveryMillis) {
+          sinceIdentity = 0
+          checkIdentity()
+          if (failed) return
+        }
+        checkVersion()
+        schedule()
       }
       const schedule = () => {
-        if (timer === undefined && !closed) timer = setTimeout(tick, options.intervalMillis).unref()
+        if (timer === undefined && !closed) timer = setTimeout(tick, interval()).unref()
       }
-      let waiting = false
       hub.onWaiting((now) => {
         waiting = now
         if (now) schedule()
@@ -77,6 +126,8 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         close: () => {
           closed = true
           if (timer !== undefined) clearTimeout(timer)
+          if (followUp !== undefined) clearTimeout(followUp)
+          events?.close()
           db.close()
         }
       }
