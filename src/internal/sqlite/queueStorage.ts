@@ -48,6 +48,30 @@ const sql = {
           ORDER BY priority DESC, run_at, id LIMIT 1)
         ORDER BY priority DESC, run_at, id LIMIT 1))
     RETURNING *`,
+  // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
+  claimMany: `UPDATE __alkstore_jobs SET
+      state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
+      last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
+        WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
+      died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
+      claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
+        ELSE ?1 + visibility_timeout END,
+      worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
+      attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
+        ELSE attempts + 1 END,
+      claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
+        ELSE claim_token + 1 END
+    WHERE id IN (
+      SELECT id FROM (
+        SELECT id, priority, run_at FROM (
+          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
+          ORDER BY priority DESC, run_at, id LIMIT ?4)
+        UNION ALL
+        SELECT id, priority, run_at FROM (
+          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
+          ORDER BY priority DESC, run_at, id LIMIT ?4)
+        ORDER BY priority DESC, run_at, id LIMIT ?4))
+    RETURNING *`,
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,
@@ -113,19 +137,24 @@ const numbered = (text: string) => {
 }
 
 const claimSql = numbered(sql.claim)
+const claimManySql = numbered(sql.claimMany)
 
 /**
  * The statements a claim runs, exported for the query-plan test (the claim
- * must stay on its partial indexes). `claim` binds `[now, workerId, queue]`;
+ * must stay on its partial indexes). `claim` binds `[now, workerId, queue]`, `claimMany`
+ * `[now, workerId, queue, limit]`;
  * the other two bind `[queue, now]`.
  */
 export const claimStatements = {
   anyDueScheduled: sql.anyDueScheduled,
   promoteDue: sql.promoteDue,
-  claim: claimSql
+  claim: claimSql,
+  claimMany: claimManySql
 } as const
 const statsSql = numbered(sql.stats)
 const nextDeadlineSql = numbered(sql.nextDeadline)
+
+const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
 const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 const expireSql = numbered(sql.expire)
@@ -170,9 +199,14 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
       while (claimed.length < limit) {
-        const [row] = yield* claimOne(queue, workerId, now)
-        if (row === undefined) break
-        if (row.state === "claimed") claimed.push(row)
+        const wanted = limit - claimed.length
+        const rows = wanted === 1
+          ? yield* claimOne(queue, workerId, now)
+          : [...yield* db.all<JobRow>(claimManySql.text, claimManySql.bind([now, workerId, queue, wanted]))].sort(
+            claimOrder
+          )
+        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
       }
       return claimed
     })
