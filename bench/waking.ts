@@ -26,6 +26,7 @@
  * Everything alkstore goes through the public API (`src/index.ts`), loaded
  * lazily so raw children never evaluate Effect.
  */
+import { rawSchema } from "./contenders/raw.js"
 import { type ChildProcess, spawn } from "node:child_process"
 
 export type WakeId = "wake-inprocess" | "wake-crossprocess" | "idle-cpu"
@@ -147,22 +148,7 @@ const openRaw = async (file: string, create: boolean) => {
   const db = new Database(file)
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = NORMAL")
-  if (create) {
-    db.exec(`
-      CREATE TABLE IF NOT EXISTS jobs (
-        id INTEGER PRIMARY KEY,
-        queue TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        priority INTEGER NOT NULL DEFAULT 0,
-        run_at INTEGER NOT NULL,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        claimed_until INTEGER,
-        worker_id TEXT
-      );
-      CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
-    `)
-  }
+  if (create) db.exec(rawSchema)
   const insert = db.prepare(
     "INSERT INTO jobs (queue, payload, priority, run_at, state, attempts) VALUES (?, ?, 0, ?, 'pending', 0)"
   )

@@ -23,25 +23,28 @@ interface Row {
   worker_id: string | null
 }
 
+/** The minimal jobs table of the raw baseline (shared with the waking benchmark). */
+export const rawSchema = `
+  CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    queue TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    run_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    claimed_until INTEGER,
+    worker_id TEXT
+  );
+  CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
+`
+
 const open = async (file: string) => {
   const { default: Database } = await import("better-sqlite3")
   const db = new Database(file)
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = NORMAL")
-  db.exec(`
-    CREATE TABLE jobs (
-      id INTEGER PRIMARY KEY,
-      queue TEXT NOT NULL,
-      payload TEXT NOT NULL,
-      priority INTEGER NOT NULL DEFAULT 0,
-      run_at INTEGER NOT NULL,
-      state TEXT NOT NULL,
-      attempts INTEGER NOT NULL DEFAULT 0,
-      claimed_until INTEGER,
-      worker_id TEXT
-    );
-    CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
-  `)
+  db.exec(rawSchema)
   const insert = db.prepare(
     "INSERT INTO jobs (queue, payload, priority, run_at, state, attempts) VALUES (?, ?, 0, ?, ?, 0)"
   )

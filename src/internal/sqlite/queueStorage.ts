@@ -4,6 +4,39 @@ import type { SqlError } from "@effect/sql/SqlError"
 import type { Executor, RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
 
+/**
+ * What a claim writes: SET expressions all read the row as it was, so one
+ * CASE per column either claims it or, when the candidate has expired or
+ * spent its attempts, moves it to dead. `?1` is now, `?2` the worker.
+ */
+const claimSet = `UPDATE __alkstore_jobs SET
+  state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
+  last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
+    WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
+  died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
+  claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
+    ELSE ?1 + visibility_timeout END,
+  worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
+  attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
+    ELSE attempts + 1 END,
+  claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
+    ELSE claim_token + 1 END`
+
+/**
+ * The best `limit` claimable ids of queue `?3` in claim order: due pending
+ * rows from their index, and claimed rows whose lease lapsed.
+ */
+const candidates = (limit: string) => `
+  SELECT id FROM (
+    SELECT id, priority, run_at FROM (
+      SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
+      ORDER BY priority DESC, run_at, id LIMIT ${limit})
+    UNION ALL
+    SELECT id, priority, run_at FROM (
+      SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
+      ORDER BY priority DESC, run_at, id LIMIT ${limit})
+    ORDER BY priority DESC, run_at, id LIMIT ${limit})`
+
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 const sql = {
   insert: `INSERT INTO __alkstore_jobs
@@ -21,57 +54,12 @@ const sql = {
   anyDueScheduled: `SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ? LIMIT 1`,
   promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
   // One statement claims the best candidate (pending, or claimed with a lapsed
-  // lease), or moves it to dead when it meets it expired or spent. SET
-  // expressions all read the row as it was before the update. The single-row
-  // form (`id = (…)`) matters: `id IN (…)` makes SQLite open a statement
-  // journal and two-pass the update, several times the cost; batches loop.
-  claim: `UPDATE __alkstore_jobs SET
-      state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
-      last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
-        WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
-      died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
-      claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
-        ELSE ?1 + visibility_timeout END,
-      worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
-      attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
-        ELSE attempts + 1 END,
-      claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
-        ELSE claim_token + 1 END
-    WHERE id = (
-      SELECT id FROM (
-        SELECT id, priority, run_at FROM (
-          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
-          ORDER BY priority DESC, run_at, id LIMIT 1)
-        UNION ALL
-        SELECT id, priority, run_at FROM (
-          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
-          ORDER BY priority DESC, run_at, id LIMIT 1)
-        ORDER BY priority DESC, run_at, id LIMIT 1))
-    RETURNING *`,
+  // lease), or moves it to dead when it meets it expired or spent. The
+  // single-row form (`id = (…)`) matters outside a batch: `id IN (…)` makes
+  // SQLite two-pass the update with a statement journal.
+  claim: `${claimSet} WHERE id = (${candidates("1")}) RETURNING *`,
   // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
-  claimMany: `UPDATE __alkstore_jobs SET
-      state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
-      last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
-        WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
-      died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
-      claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
-        ELSE ?1 + visibility_timeout END,
-      worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
-      attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
-        ELSE attempts + 1 END,
-      claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
-        ELSE claim_token + 1 END
-    WHERE id IN (
-      SELECT id FROM (
-        SELECT id, priority, run_at FROM (
-          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
-          ORDER BY priority DESC, run_at, id LIMIT ?4)
-        UNION ALL
-        SELECT id, priority, run_at FROM (
-          SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
-          ORDER BY priority DESC, run_at, id LIMIT ?4)
-        ORDER BY priority DESC, run_at, id LIMIT ?4))
-    RETURNING *`,
+  claimMany: `${claimSet} WHERE id IN (${candidates("?4")}) RETURNING *`,
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,
