@@ -1,3 +1,4 @@
+import { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
 import { createRequire } from "node:module"
 import { Worker } from "node:worker_threads"
@@ -44,11 +45,14 @@ parentPort.on("message", () => {
 
 export const startCheckpointer = (filename: string, everyMillis: number) =>
   Effect.acquireRelease(
-    Effect.sync(() => {
-      const driver = createRequire(import.meta.url).resolve("better-sqlite3")
-      const worker = new Worker(workerSource, { eval: true, workerData: { filename, everyMillis, driver } })
-      worker.unref()
-      return worker
+    Effect.try({
+      try: () => {
+        const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+        const worker = new Worker(workerSource, { eval: true, workerData: { filename, everyMillis, driver } })
+        worker.unref()
+        return worker
+      },
+      catch: (cause) => new SqlError({ cause, message: `Failed to start the WAL checkpointer: ${String(cause)}` })
     }),
     (worker) =>
       Effect.async<void>((resume) => {

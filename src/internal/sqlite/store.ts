@@ -1,7 +1,7 @@
 import * as Reactivity from "@effect/experimental/Reactivity"
 import type { MigrationError } from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as Locks from "../../Locks.js"
 import * as Outbox from "../../Outbox.js"
@@ -137,7 +137,10 @@ export const layer = (
       retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis))
     })
     if (isFile(options.filename)) {
-      owned.db.pragma("wal_autocheckpoint = 0")
+      yield* Effect.try({
+        try: () => owned.db.pragma("wal_autocheckpoint = 0"),
+        catch: (cause) => new SqlError({ cause, message: `Failed to turn off automatic checkpoints: ${String(cause)}` })
+      })
       yield* startCheckpointer(options.filename, checkpointInterval)
     }
     const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(

@@ -1,4 +1,5 @@
 import Sqlite from "better-sqlite3"
+import { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -40,95 +41,98 @@ const identity = (filename: string): string | undefined => {
  */
 export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
   Effect.acquireRelease(
-    Effect.sync(() => {
-      const filename = path.resolve(options.filename)
-      const base = path.basename(filename)
-      const original = identity(filename)
-      const db = new Sqlite(filename, { readonly: true, fileMustExist: true, timeout: 0 })
-      const dataVersion = db.prepare("PRAGMA data_version").pluck()
-      let last = dataVersion.get() as number
-      let waiting = false
-      let closed = false
-      let failed = false
-      let timer: NodeJS.Timeout | undefined
-      let sinceIdentity = 0
+    Effect.try({
+      catch: (cause) => new SqlError({ cause, message: `Failed to watch ${options.filename}: ${String(cause)}` }),
+      try: () => {
+        const filename = path.resolve(options.filename)
+        const base = path.basename(filename)
+        const original = identity(filename)
+        const db = new Sqlite(filename, { readonly: true, fileMustExist: true, timeout: 0 })
+        const dataVersion = db.prepare("PRAGMA data_version").pluck()
+        let last = dataVersion.get() as number
+        let waiting = false
+        let closed = false
+        let failed = false
+        let timer: NodeJS.Timeout | undefined
+        let sinceIdentity = 0
 
-      const checkIdentity = () => {
-        const now = identity(filename)
-        if (now === original) return
-        failed = true
-        hub.fail(new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" }))
-      }
-      const checkVersion = () => {
-        try {
-          const version = dataVersion.get() as number
-          if (version !== last) {
-            last = version
-            hub.signalAll()
+        const checkIdentity = () => {
+          const now = identity(filename)
+          if (now === original) return
+          failed = true
+          hub.fail(new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" }))
+        }
+        const checkVersion = () => {
+          try {
+            const version = dataVersion.get() as number
+            if (version !== last) {
+              last = version
+              hub.signalAll()
+            }
+          } catch {
+            // A busy or vanished file shows up in the identity check.
           }
+        }
+
+        // A WAL write is seen before the commit that makes it visible (the
+        // wal-index in shared memory moves last, without an event), so an event
+        // that finds no new version is followed up a few times, 1 ms apart.
+        let followUps = 0
+        let followUp: NodeJS.Timeout | undefined
+        const onEvent = () => {
+          followUp = undefined
+          if (closed || failed || !waiting) return
+          const before = last
+          checkVersion()
+          if (last === before && followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
+        }
+        let events: fs.FSWatcher | undefined
+        try {
+          events = fs.watch(path.dirname(filename), { persistent: false }, (event, name) => {
+            if (!waiting || closed || failed) return
+            if (name !== null && name !== base && name !== `${base}-wal`) return
+            if (event === "rename") checkIdentity()
+            // Commits write the WAL; writes to the database file itself are checkpoints.
+            if (failed || (name === base && event !== "rename")) return
+            followUps = 5
+            if (followUp === undefined) onEvent()
+          })
+          events.on("error", () => {
+            events?.close()
+            events = undefined
+          })
         } catch {
-          // A busy or vanished file shows up in the identity check.
-        }
-      }
-
-      // A WAL write is seen before the commit that makes it visible (the
-      // wal-index in shared memory moves last, without an event), so an event
-      // that finds no new version is followed up a few times, 1 ms apart.
-      let followUps = 0
-      let followUp: NodeJS.Timeout | undefined
-      const onEvent = () => {
-        followUp = undefined
-        if (closed || failed || !waiting) return
-        const before = last
-        checkVersion()
-        if (last === before && followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
-      }
-      let events: fs.FSWatcher | undefined
-      try {
-        events = fs.watch(path.dirname(filename), { persistent: false }, (event, name) => {
-          if (!waiting || closed || failed) return
-          if (name !== null && name !== base && name !== `${base}-wal`) return
-          if (event === "rename") checkIdentity()
-          // Commits write the WAL; writes to the database file itself are checkpoints.
-          if (failed || (name === base && event !== "rename")) return
-          followUps = 5
-          if (followUp === undefined) onEvent()
-        })
-        events.on("error", () => {
-          events?.close()
           events = undefined
-        })
-      } catch {
-        events = undefined
-      }
-
-      const interval = () => (events === undefined ? options.pollMillis : options.eventFallbackMillis)
-      const tick = () => {
-        timer = undefined
-        if (closed || failed || !waiting) return
-        sinceIdentity += interval()
-        if (sinceIdentity >= options.identityEveryMillis) {
-          sinceIdentity = 0
-          checkIdentity()
-          if (failed) return
         }
-        checkVersion()
-        schedule()
-      }
-      const schedule = () => {
-        if (timer === undefined && !closed) timer = setTimeout(tick, interval()).unref()
-      }
-      hub.onWaiting((now) => {
-        waiting = now
-        if (now) schedule()
-      })
-      return {
-        close: () => {
-          closed = true
-          if (timer !== undefined) clearTimeout(timer)
-          if (followUp !== undefined) clearTimeout(followUp)
-          events?.close()
-          db.close()
+
+        const interval = () => (events === undefined ? options.pollMillis : options.eventFallbackMillis)
+        const tick = () => {
+          timer = undefined
+          if (closed || failed || !waiting) return
+          sinceIdentity += interval()
+          if (sinceIdentity >= options.identityEveryMillis) {
+            sinceIdentity = 0
+            checkIdentity()
+            if (failed) return
+          }
+          checkVersion()
+          schedule()
+        }
+        const schedule = () => {
+          if (timer === undefined && !closed) timer = setTimeout(tick, interval()).unref()
+        }
+        hub.onWaiting((now) => {
+          waiting = now
+          if (now) schedule()
+        })
+        return {
+          close: () => {
+            closed = true
+            if (timer !== undefined) clearTimeout(timer)
+            if (followUp !== undefined) clearTimeout(followUp)
+            events?.close()
+            db.close()
+          }
         }
       }
     }),
