@@ -48,15 +48,10 @@ const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.pay
 const errorText = (error: unknown): string | undefined =>
   error === undefined ? undefined : typeof error === "string" ? error : failureText(error)
 
-const workerError = (workerId: string) =>
+const checkWorker = (workerId: string) =>
   typeof workerId === "string" && workerId.length > 0
-    ? undefined
-    : new InvalidOptions({ field: "workerId", reason: "must be a non-empty string" })
-
-const checkWorker = (workerId: string) => {
-  const error = workerError(workerId)
-  return error === undefined ? Effect.void : Effect.fail(error)
-}
+    ? Effect.void
+    : Effect.fail(new InvalidOptions({ field: "workerId", reason: "must be a non-empty string" }))
 
 /** The fiber's clock, read synchronously (TestClock included). */
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>

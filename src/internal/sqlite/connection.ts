@@ -149,7 +149,6 @@ export const makeOwnedConnection = (
     Object.assign(client, { withTransaction: transaction })
 
     const executor = fromOwnedConnection({
-      db,
       prepare,
       gate,
       retryBusy: options.retryBusy,

@@ -7,18 +7,18 @@ import { inTransaction, makeImmediateTransaction } from "./transaction.js"
 
 export type Param = string | number | bigint | null | Uint8Array
 
-/**
- * The one seam the SQLite mechanisms run their SQL through. Two sources:
- * the store's own better-sqlite3 connection (prepared statements run in
- * place, no per-statement fiber hops), or any `SqlClient` an application
- * provides. Both join the caller's open transaction when there is one.
- */
 /** What a write reports: rows changed, and the rowid of the last insert. */
 export interface RunResult {
   readonly changes: number
   readonly lastInsertRowid: number | bigint
 }
 
+/**
+ * The one seam the SQLite mechanisms run their SQL through. Two sources:
+ * the store's own better-sqlite3 connection (prepared statements run in
+ * place, no per-statement fiber hops), or any `SqlClient` an application
+ * provides. Both join the caller's open transaction when there is one.
+ */
 export interface Executor {
   /** Runs one statement and returns its rows (use RETURNING for writes). */
   readonly all: <A = Record<string, unknown>>(sql: string, params: ReadonlyArray<Param>) => Effect.Effect<ReadonlyArray<A>, SqlError>
@@ -40,7 +40,6 @@ export interface Executor {
  * gate cannot interleave with anyone.
  */
 export const fromOwnedConnection = (options: {
-  readonly db: Sqlite.Database
   readonly prepare: (sql: string) => Sqlite.Statement
   readonly gate: Gate
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>

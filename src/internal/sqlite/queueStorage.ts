@@ -171,9 +171,15 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         ? Effect.succeed(Number(result.lastInsertRowid))
         : Effect.map(db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]), (rows) => rows[0]!.id))
 
+  // One job without a key is one statement; a key needs its lookup in the same transaction.
+  const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
+    job.key === undefined
+      ? Effect.map(db.run(sql.insert, jobParams(job)), (r) => Number(r.lastInsertRowid))
+      : db.transaction(insertKeyed(job))
+
   const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
+    if (jobs.length === 1) return Effect.map(insertOne(jobs[0]!), (id) => [id])
     if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
-    if (jobs.length === 1) return Effect.map(db.run(sql.insert, jobParams(jobs[0]!)), (r) => [Number(r.lastInsertRowid)])
     return db.transaction(
       Effect.map(db.runEach(sql.insert, jobs.map(jobParams)), (results) => results.map((r) => Number(r.lastInsertRowid)))
     )
@@ -223,10 +229,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
 
   return {
     insert,
-    insertOne: (job) =>
-      job.key === undefined
-        ? Effect.map(db.run(sql.insert, jobParams(job)), (r) => Number(r.lastInsertRowid))
-        : db.transaction(insertKeyed(job)),
+    insertOne,
     claim,
     ackAndClaim: (fence, queue, workerId, now, limit) =>
       db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
