@@ -3,6 +3,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import type Sqlite from "better-sqlite3"
 import { Effect, Exit, Scope } from "effect"
 import type { Gate } from "./gate.js"
+import { isBusy } from "./busy.js"
 import { inTransaction, makeImmediateTransaction } from "./transaction.js"
 
 export type Param = string | number | bigint | null | Uint8Array
@@ -31,6 +32,23 @@ export interface Executor {
   ) => Effect.Effect<ReadonlyArray<RunResult>, SqlError>
   /** A `BEGIN IMMEDIATE` transaction, or a savepoint inside an open one. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /**
+   * Runs `body` synchronously on the store's own connection, as one effect:
+   * at once when the fiber's transaction is open on it or nobody holds it,
+   * else once it is free. Outside a transaction `SQLITE_BUSY` re-runs the
+   * whole `body`, so it must be one statement or open its own transaction.
+   * Absent over an application's client, whose driver may be asynchronous:
+   * the hot paths take it when it is there and fall back to effects.
+   */
+  readonly direct?: <A>(body: (conn: DirectConnection) => A) => Effect.Effect<A, SqlError>
+}
+
+/** The store's connection, synchronously; every method throws `SqlError`. */
+export interface DirectConnection {
+  readonly all: <A = Record<string, unknown>>(sql: string, params: ReadonlyArray<Param>) => ReadonlyArray<A>
+  readonly run: (sql: string, params: ReadonlyArray<Param>) => RunResult
+  /** `body` in a `BEGIN IMMEDIATE` transaction, or a savepoint inside an open one. */
+  readonly transaction: <A>(body: () => A) => A
 }
 
 /**
@@ -46,54 +64,105 @@ export const fromOwnedConnection = (options: {
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
 }): Executor => {
   const { gate, prepare, retryBusy } = options
-  const failure = (cause: unknown) =>
-    Effect.fail(new SqlError({ cause, message: `Failed to execute statement: ${String(cause)}` }))
-  const allNow = <A>(sql: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> => {
+  const sqlError = (cause: unknown) =>
+    cause instanceof SqlError ? cause : new SqlError({ cause, message: `Failed to execute statement: ${String(cause)}` })
+  const all = <A>(sql: string, params: ReadonlyArray<Param>): ReadonlyArray<A> => {
     try {
       const statement = prepare(sql)
-      return Effect.succeed(
-        (statement.reader ? statement.all(...params) : (statement.run(...params), [])) as ReadonlyArray<A>
-      )
+      return (statement.reader ? statement.all(...params) : (statement.run(...params), [])) as ReadonlyArray<A>
     } catch (cause) {
-      return failure(cause)
+      throw sqlError(cause)
     }
   }
-  const runNow = (sql: string, params: ReadonlyArray<Param>): Effect.Effect<RunResult, SqlError> => {
+  const run = (sql: string, params: ReadonlyArray<Param>): RunResult => {
     try {
-      return Effect.succeed(prepare(sql).run(...params))
+      return prepare(sql).run(...params)
     } catch (cause) {
-      return failure(cause)
+      throw sqlError(cause)
     }
   }
-  // One synchronous loop over one prepared statement: no effect per row.
-  const runEachNow = (
-    sql: string,
-    params: ReadonlyArray<ReadonlyArray<Param>>
-  ): Effect.Effect<ReadonlyArray<RunResult>, SqlError> => {
+  const exec = (sql: string) => run(sql, [])
+  const rollingBack = (sql: string, cause: unknown): never => {
     try {
-      const statement = prepare(sql)
-      const results: Array<RunResult> = new Array(params.length)
-      for (let i = 0; i < params.length; i++) results[i] = statement.run(...params[i]!)
-      return Effect.succeed(results)
-    } catch (cause) {
-      return failure(cause)
+      exec(sql)
+    } catch {
+      // SQLite may have rolled back already (e.g. after SQLITE_FULL): the cause is the outcome.
+    }
+    throw cause
+  }
+  const outermost: DirectConnection = {
+    all,
+    run,
+    transaction: (body) => {
+      exec("BEGIN IMMEDIATE")
+      let result
+      try {
+        result = body()
+        exec("COMMIT")
+      } catch (cause) {
+        return rollingBack("ROLLBACK", cause)
+      }
+      return result
     }
   }
-  const onConnection = <P, A>(statement: (sql: string, params: P) => Effect.Effect<A, SqlError>) =>
-  (sql: string, params: P): Effect.Effect<A, SqlError> =>
+  const nested: DirectConnection = {
+    all,
+    run,
+    transaction: (body) => {
+      exec("SAVEPOINT alkstore_direct")
+      let result
+      try {
+        result = body()
+      } catch (cause) {
+        try {
+          exec("ROLLBACK TO alkstore_direct")
+        } finally {
+          rollingBack("RELEASE alkstore_direct", cause)
+        }
+      }
+      exec("RELEASE alkstore_direct")
+      return result as never
+    }
+  }
+  const attempt = <A>(body: (conn: DirectConnection) => A, conn: DirectConnection): Effect.Effect<A, SqlError> => {
+    try {
+      return Effect.succeed(body(conn))
+    } catch (cause) {
+      return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
+    }
+  }
+  const waiting = <A>(body: (conn: DirectConnection) => A) =>
+    retryBusy(Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(restore(gate.take), (release) => Effect.ensuring(Effect.suspend(() => attempt(body, outermost)), release))
+    ))
+  const direct = <A>(body: (conn: DirectConnection) => A): Effect.Effect<A, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
-      if (fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)) return statement(sql, params)
-      const outside = Effect.suspend(() => statement(sql, params))
-      if (!gate.held()) return retryBusy(outside)
-      return retryBusy(Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(restore(gate.take), (release) => Effect.ensuring(restore(outside), release))
-      ))
+      if (fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)) return attempt(body, nested)
+      const release = gate.tryTake()
+      if (release === undefined) return waiting(body)
+      let result
+      try {
+        result = body(outermost)
+      } catch (cause) {
+        release()
+        if (!(cause instanceof SqlError)) return Effect.die(cause)
+        return isBusy(cause) ? waiting(body) : Effect.fail(cause)
+      }
+      release()
+      return Effect.succeed(result)
     })
+  const statement = <P, A>(f: (sql: string, params: P) => A) => (sql: string, params: P) =>
+    direct((conn) => f.call(conn, sql, params))
   return {
-    all: onConnection(allNow) as Executor["all"],
-    run: onConnection(runNow),
-    runEach: onConnection(runEachNow),
-    transaction: options.transaction
+    all: statement(all) as Executor["all"],
+    run: statement(run),
+    runEach: statement((sql: string, params: ReadonlyArray<ReadonlyArray<Param>>) => {
+      const results: Array<RunResult> = new Array(params.length)
+      for (let i = 0; i < params.length; i++) results[i] = run(sql, params[i]!)
+      return results
+    }),
+    transaction: options.transaction,
+    direct
   }
 }
 

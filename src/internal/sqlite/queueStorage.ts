@@ -1,7 +1,7 @@
 import { Effect, Option } from "effect"
 import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
-import type { Executor, RunResult } from "./executor.js"
+import type { DirectConnection, Executor, RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
 
 /**
@@ -161,9 +161,46 @@ const jobParams = (job: NewJob) => [
   job.createdAt
 ]
 
+/**
+ * Keeps the claimed rows of one claim round; whether another round is due
+ * (candidates moved to dead do not count toward `wanted`).
+ */
+const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array<JobRow>): boolean => {
+  for (const row of rows) if (row.state === "claimed") claimed.push(row)
+  return rows.length === wanted && rows.some((row) => row.state !== "claimed")
+}
+
+/** The hot operations, synchronously, on a connection the store owns. */
+const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
+  const result = c.run(sql.insertKeyed, jobParams(job))
+  return result.changes > 0
+    ? Number(result.lastInsertRowid)
+    : c.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null])[0]!.id
+}
+
+const insertNow = (c: DirectConnection, job: NewJob): number =>
+  job.key === undefined ? Number(c.run(sql.insert, jobParams(job)).lastInsertRowid) : insertKeyedNow(c, job)
+
+const claimNow = (c: DirectConnection, queue: string, workerId: string, now: number, limit: number) => {
+  if (c.all(sql.anyDueScheduled, [queue, now]).length > 0) c.run(sql.promoteDue, [queue, now])
+  const claimed: Array<JobRow> = []
+  let more = true
+  while (more && claimed.length < limit) {
+    const wanted = limit - claimed.length
+    const rows = wanted === 1
+      ? c.all<JobRow>(claimSql.text, claimSql.bind([now, workerId, queue]))
+      : [...c.all<JobRow>(claimManySql.text, claimManySql.bind([now, workerId, queue, wanted]))].sort(claimOrder)
+    more = keepClaimed(rows, wanted, claimed)
+  }
+  return claimed
+}
+
+const ackNow = (c: DirectConnection, fence: Fence) => c.run(sql.ack, [fence.id, fence.token]).changes > 0
+
 export const makeQueueStorage = (db: Executor): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
   const count = (result: RunResult) => result.changes
+  const direct = db.direct
 
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.flatMap(db.run(sql.insertKeyed, jobParams(job)), (result) =>
@@ -188,19 +225,18 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   const claimOne = (queue: string, workerId: string, now: number) =>
     db.all<JobRow>(claimSql.text, claimSql.bind([now, workerId, queue]))
 
-  // Candidates moved to dead do not count: claim again until `limit` or none left.
   const claimLoop = (queue: string, workerId: string, now: number, limit: number) =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
-      while (claimed.length < limit) {
+      let more = true
+      while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
         const rows = wanted === 1
           ? yield* claimOne(queue, workerId, now)
           : [...yield* db.all<JobRow>(claimManySql.text, claimManySql.bind([now, workerId, queue, wanted]))].sort(
             claimOrder
           )
-        for (const row of rows) if (row.state === "claimed") claimed.push(row)
-        if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
+        more = keepClaimed(rows, wanted, claimed)
       }
       return claimed
     })
@@ -222,17 +258,45 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
           : db.transaction(claimLoop(queue, workerId, now, limit))
       ))
 
+  const ack = (fence: Fence) => Effect.map(db.run(sql.ack, [fence.id, fence.token]), changed)
+
+  const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackAndClaim"> = direct === undefined
+    ? {
+      insert,
+      insertOne,
+      claim,
+      ack,
+      ackAndClaim: (fence, queue, workerId, now, limit) =>
+        db.transaction(
+          Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))
+        )
+    }
+    : {
+      insert: (jobs) =>
+        direct((c) =>
+          jobs.length === 1 ? [insertNow(c, jobs[0]!)] : c.transaction(() => jobs.map((job) => insertNow(c, job)))
+        ),
+      // A keyed insert and its lookup share a transaction; a plain one is one statement.
+      insertOne: (job) =>
+        direct((c) => job.key === undefined ? insertNow(c, job) : c.transaction(() => insertKeyedNow(c, job))),
+      claim: (queue, workerId, now, limit) =>
+        direct((c) =>
+          limit === 1
+            ? claimNow(c, queue, workerId, now, 1)
+            : c.transaction(() => claimNow(c, queue, workerId, now, limit))
+        ),
+      ack: (fence) => direct((c) => ackNow(c, fence)),
+      ackAndClaim: (fence, queue, workerId, now, limit) =>
+        direct((c) =>
+          c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit) }))
+        )
+    }
+
   const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
     Effect.map(db.run(text, [...head, fence.id, fence.token]), changed)
 
-  const ack = (fence: Fence) => Effect.map(db.run(sql.ack, [fence.id, fence.token]), changed)
-
   return {
-    insert,
-    insertOne,
-    claim,
-    ackAndClaim: (fence, queue, workerId, now, limit) =>
-      db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
+    ...hot,
     hasClaimable: (queue, now) =>
       Effect.map(
         db.all<{ any: number }>(sql.anyClaimable, [queue, queue, now, queue, now]),
@@ -243,7 +307,6 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         db.all<{ a: number | null; b: number | null }>(nextDeadlineSql.text, nextDeadlineSql.bind([queue, now])),
         (rows) => Option.fromNullable(minOf(rows[0]?.a ?? null, rows[0]?.b ?? null))
       ),
-    ack,
     retry: (fence, runAt, now, error) => fenced(sql.retry, [runAt, now, runAt, error ?? null], fence),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
