@@ -122,7 +122,7 @@ export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
     id: "drain-batch100",
     title: "drain batched (100)",
     description: (s) =>
-      `${s.drainJobs} preloaded jobs, claim ${s.batch} at a time, ack the ${s.batch} in one transaction (alkstore: claimBatch + acks in sql.withTransaction)`,
+      `${s.drainJobs} preloaded jobs, claim ${s.batch} at a time, ack the ${s.batch} in one transaction (alkstore: claimBatch + ackAll)`,
     rawRef: "drain-batch100"
   },
   {

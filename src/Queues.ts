@@ -132,6 +132,14 @@ export interface Queue<A = unknown> {
     workerId: string,
     n: number
   ) => Effect.Effect<ReadonlyArray<JobHandle<A>>, InvalidOptions | SqlError>
+  /**
+   * Acks many claims of this queue in one transaction (a `claimBatch`, or a
+   * chunk of a `stream`): for each handle, in order, whether its claim still
+   * owned the job — `handle.ack` for each, one commit for all. A handle
+   * claimed from another queue is an `InvalidOptions` (`"handles"`), and
+   * nothing is acked.
+   */
+  readonly ackAll: (handles: Iterable<JobHandle<A>>) => Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError>
   /** Waits (without polling) until a job is claimable, and claims it. */
   readonly take: (workerId: string) => Effect.Effect<JobHandle<A>, InvalidOptions | WaitError>
   /** Claimed handles as they become claimable. */

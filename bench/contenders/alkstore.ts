@@ -47,7 +47,7 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
         while (done < total) {
           const hs = yield* q.claimBatch(WORKER, s.batch)
           if (hs.length === 0) return yield* Effect.die(new Error(`alkstore: queue empty after ${done}`))
-          yield* sql.withTransaction(Effect.forEach(hs, (h) => h.ack, { discard: true }))
+          yield* q.ackAll(hs)
           done += hs.length
         }
       })

@@ -71,6 +71,8 @@ export interface QueueStorage {
   /** The next instant after `now` when something in `queue` becomes claimable. */
   readonly nextDeadline: (queue: string, now: number) => Effect.Effect<Option.Option<number>, SqlError>
   readonly ack: (fence: Fence) => Effect.Effect<boolean, SqlError>
+  /** `ack` of each, in one transaction. */
+  readonly ackMany: (fences: ReadonlyArray<Fence>) => Effect.Effect<ReadonlyArray<boolean>, SqlError>
   /**
    * Acks one claim and claims up to `limit` more in one transaction: a busy
    * worker pays one commit per job instead of two.

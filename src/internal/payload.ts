@@ -12,6 +12,51 @@ export const jsonProblem = (
     /** Object properties whose value is `undefined` pass (JSON drops them). */
     readonly dropUndefinedProperties?: boolean
   } = {}
+): string | undefined =>
+  isPlainJson(value, options.dropUndefinedProperties === true, []) ? undefined : describeProblem(value, options)
+
+/**
+ * `jsonProblem`'s answer for the common case, on every enqueue: no path
+ * strings, no Set (payloads are shallow: the ancestors are a short array).
+ */
+const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object>): boolean => {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return true
+    case "number":
+      return Number.isFinite(v)
+    case "object":
+      break
+    default:
+      return false
+  }
+  if (v === null) return true
+  if (ancestors.includes(v)) return false
+  if (Array.isArray(v)) {
+    ancestors.push(v)
+    for (let i = 0; i < v.length; i++) {
+      if (!(i in v) || !isPlainJson(v[i], dropUndefined, ancestors)) return false
+    }
+    ancestors.pop()
+    return true
+  }
+  const proto = Object.getPrototypeOf(v)
+  if ((proto !== Object.prototype && proto !== null) || Object.getOwnPropertySymbols(v).length > 0) return false
+  ancestors.push(v)
+  for (const key of Object.keys(v)) {
+    const property = (v as Record<string, unknown>)[key]
+    if (property === undefined && dropUndefined) continue
+    if (!isPlainJson(property, dropUndefined, ancestors)) return false
+  }
+  ancestors.pop()
+  return true
+}
+
+/** Where and why `value` is not plain JSON, with its path (only once the quick check said no). */
+const describeProblem = (
+  value: unknown,
+  options: { readonly dropUndefinedProperties?: boolean }
 ): string | undefined => {
   const seen = new Set<object>()
   const visit = (v: unknown, path: string): string | undefined => {

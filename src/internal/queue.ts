@@ -307,6 +307,20 @@ export const makeQueue = <A>(
         Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)),
         claimUpTo(workerId, n)
       ),
+    ackAll: (handles) =>
+      Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
+        const fences: Array<Fence> = []
+        for (const handle of handles) {
+          const fence = (handle as Partial<ClaimHandle<A>>).fence
+          if (fence === undefined || handle.job.queue !== name) {
+            return Effect.fail(
+              new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
+            )
+          }
+          fences.push(fence)
+        }
+        return fences.length === 0 ? Effect.succeed([]) : storage.ackMany(fences)
+      }),
     take: (workerId) =>
       Effect.zipRight(
         checkWorker(workerId),

@@ -588,6 +588,46 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(yield* fresh.ack).toBe(true)
         })))
 
+      it.effect("ackAll acks a batch in one go and reports, per handle in order, whether its claim still owned the job", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("acks", { visibilityTimeout: "10 seconds" })
+          const ids = yield* q.enqueueBatch(["a", "b", "c"])
+          const [a, b, c] = yield* q.claimBatch("w1", 3)
+          expect(yield* b!.ack).toBe(true)
+          yield* TestClock.adjust("10 seconds")
+          const retaken = yield* mustClaim(q, "w2") // c's lease lapsed too, but a comes first
+          expect(retaken.job.id).toBe(ids[0])
+          expect(yield* q.ackAll([a!, b!, c!])).toEqual([false, false, true])
+          expect(Option.isSome(yield* q.getJob(ids[0]!))).toBe(true)
+          expect(Option.isNone(yield* q.getJob(ids[2]!))).toBe(true)
+          expect(yield* q.ackAll([])).toEqual([])
+          expect(yield* q.ackAll([retaken])).toEqual([true])
+          expect(yield* jobCount).toBe(0)
+        })))
+
+      it.effect("ackAll joins the application's transaction; a handle of another queue is rejected before anything is acked", () =>
+        run(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const q = yield* queueOf("acks")
+          const other = yield* queueOf("acks-other")
+          yield* q.enqueueBatch([1, 2])
+          yield* other.enqueue(3)
+          const handles = yield* q.claimBatch("w", 2)
+          const foreign = yield* mustClaim(other, "w")
+          const rejected = yield* Effect.flip(q.ackAll([...handles, foreign]))
+          expect(rejected).toMatchObject({ _tag: "InvalidOptions", field: "handles" })
+          expect(yield* jobCount).toBe(3)
+          const rolledBack = yield* Effect.flip(
+            sql.withTransaction(Effect.zipRight(q.ackAll(handles), Effect.fail(new Boom({ code: 1 }))))
+          )
+          expect(rolledBack).toMatchObject({ _tag: "Boom" })
+          expect(yield* jobCount).toBe(3)
+          expect(yield* sql.withTransaction(q.ackAll(handles))).toEqual([true, true])
+          expect(yield* jobCount).toBe(1)
+          expect(yield* foreign.ack).toBe(true)
+          expect(yield* jobCount).toBe(0)
+        })))
+
       it.effect("a stale handle with attempts spent cannot bury the job another worker holds", () =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("fence", { visibilityTimeout: "10 seconds", maxAttempts: 2 })
