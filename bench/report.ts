@@ -135,7 +135,8 @@ const COLORS: Record<string, string> = {
   alkstore: "#2563eb",
   plainjob: "#16a34a",
   liteque: "#d97706",
-  "effect-pq": "#9333ea"
+  "effect-pq": "#9333ea",
+  "raw-effect": "#64748b"
 }
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")

@@ -6,13 +6,15 @@
  */
 import type { Contender } from "../workloads.js"
 
-export const CONTENDER_NAMES = ["raw", "alkstore", "plainjob", "liteque", "effect-pq"] as const
+export const CONTENDER_NAMES = ["raw", "raw-effect", "alkstore", "plainjob", "liteque", "effect-pq"] as const
 export type ContenderName = (typeof CONTENDER_NAMES)[number]
 
 export const loadContender = async (name: string): Promise<Contender> => {
   switch (name) {
     case "raw":
       return (await import("./raw.js")).contender
+    case "raw-effect":
+      return (await import("./raw-effect.js")).contender
     case "alkstore":
       return (await import("./alkstore.js")).contender
     case "plainjob":

@@ -39,7 +39,7 @@ export const rawSchema = `
   CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
 `
 
-const open = async (file: string) => {
+export const open = async (file: string) => {
   const { default: Database } = await import("better-sqlite3")
   const db = new Database(file)
   db.pragma("journal_mode = WAL")
