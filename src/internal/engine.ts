@@ -57,6 +57,12 @@ export interface QueueStorage {
   /** `insert` of one job (the hot path of every enqueue). */
   readonly insertOne: (job: NewJob) => Effect.Effect<number, SqlError>
   /**
+   * `insertOne` without an effect, where the engine's connection is
+   * synchronous: the id, or `undefined` when the connection is not free now
+   * for the fiber whose context is given (use `insertOne` then). Throws `SqlError`.
+   */
+  readonly insertOneNow?: (context: Context.Context<never>, job: NewJob) => number | undefined
+  /**
    * Claims up to `limit` claimable jobs in contract order. Due jobs that have
    * expired or spent their attempts move to dead on the way instead.
    */

@@ -1,4 +1,4 @@
-import type { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Clock, Context, DateTime, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions, InvalidPayload } from "../StoreError.js"
@@ -261,7 +261,8 @@ export const makeQueue = <A>(
 
   return {
     name,
-    // The hot path: validation and encoding are plain functions, the insert one statement.
+    // The hot path: validation and encoding are plain functions, and where the engine can, the insert runs
+    // in place (no effect of its own); otherwise it waits for the connection as an effect.
     enqueue: (payload, opts) =>
       Effect.withFiberRuntime((fiber) => {
         const at = nowOf(fiber)
@@ -269,7 +270,20 @@ export const makeQueue = <A>(
         if (isInvalid(resolved)) return Effect.fail(resolved)
         const encoded = codec.encode(payload)
         if (typeof encoded !== "string") return Effect.fail(encoded)
-        return Effect.map(storage.insertOne(newJob(resolved, encoded, at)), (id) => {
+        const job = newJob(resolved, encoded, at)
+        if (storage.insertOneNow !== undefined) {
+          let id: number | undefined
+          try {
+            id = storage.insertOneNow(fiber.currentContext, job)
+          } catch (cause) {
+            return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
+          }
+          if (id !== undefined) {
+            engine.signal(fiber.currentContext, name, 1)
+            return Effect.succeed(id)
+          }
+        }
+        return Effect.map(storage.insertOne(job), (id) => {
           engine.signal(fiber.currentContext, name, 1)
           return id
         })

@@ -1,7 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import type Sqlite from "better-sqlite3"
-import { Effect, Exit, Scope } from "effect"
+import { type Context, Effect, Exit, Scope } from "effect"
 import type { Gate } from "./gate.js"
 import { isBusy } from "./busy.js"
 import { inTransaction, makeImmediateTransaction } from "./transaction.js"
@@ -41,7 +41,17 @@ export interface Executor {
    * the hot paths take it when it is there and fall back to effects.
    */
   readonly direct?: <A>(body: (conn: DirectConnection) => A) => Effect.Effect<A, SqlError>
+  /**
+   * `direct` without an effect, for the hottest paths: runs `body` now in
+   * the fiber whose context is given, or answers `notNow` when the connection
+   * is held by another fiber or the file is busy (use `direct` then). Throws
+   * `SqlError`.
+   */
+  readonly directNow?: <A>(context: Context.Context<never>, body: (conn: DirectConnection) => A) => A | typeof notNow
 }
+
+/** `directNow`'s answer when it cannot run now. */
+export const notNow: unique symbol = Symbol.for("alkstore/internal/notNow")
 
 /** The store's connection, synchronously; every method throws `SqlError`. */
 export interface DirectConnection {
@@ -135,21 +145,28 @@ export const fromOwnedConnection = (options: {
     retryBusy(Effect.uninterruptibleMask((restore) =>
       Effect.flatMap(restore(gate.take), (release) => Effect.ensuring(Effect.suspend(() => attempt(body, outermost)), release))
     ))
+  const directNow = <A>(context: Context.Context<never>, body: (conn: DirectConnection) => A): A | typeof notNow => {
+    if (context.unsafeMap.has(SqlClient.TransactionConnection.key)) return body(nested)
+    const release = gate.tryTake()
+    if (release === undefined) return notNow
+    try {
+      return body(outermost)
+    } catch (cause) {
+      if (cause instanceof SqlError && isBusy(cause)) return notNow
+      throw cause
+    } finally {
+      release()
+    }
+  }
   const direct = <A>(body: (conn: DirectConnection) => A): Effect.Effect<A, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
-      if (fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)) return attempt(body, nested)
-      const release = gate.tryTake()
-      if (release === undefined) return waiting(body)
-      let result
+      let result: A | typeof notNow
       try {
-        result = body(outermost)
+        result = directNow(fiber.currentContext, body)
       } catch (cause) {
-        release()
-        if (!(cause instanceof SqlError)) return Effect.die(cause)
-        return isBusy(cause) ? waiting(body) : Effect.fail(cause)
+        return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
       }
-      release()
-      return Effect.succeed(result)
+      return result === notNow ? waiting(body) : Effect.succeed(result)
     })
   const statement = <P, A>(f: (sql: string, params: P) => A) => (sql: string, params: P) =>
     direct((conn) => f.call(conn, sql, params))
@@ -162,7 +179,8 @@ export const fromOwnedConnection = (options: {
       return results
     }),
     transaction: options.transaction,
-    direct
+    direct,
+    directNow
   }
 }
 

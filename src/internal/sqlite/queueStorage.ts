@@ -1,7 +1,7 @@
-import { Effect, Option } from "effect"
+import { type Context, Effect, Option } from "effect"
 import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
-import type { DirectConnection, Executor, RunResult } from "./executor.js"
+import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
 
 /**
@@ -223,6 +223,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
   const count = (result: RunResult) => result.changes
   const direct = db.direct
+  const directNow = db.directNow
 
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.flatMap(db.run(sql.insertKeyed, jobParams(job)), (result) =>
@@ -270,6 +271,10 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
 
   const ack = (fence: Fence) => Effect.map(db.run(sql.ack, [fence.id, fence.token]), changed)
 
+  // A keyed insert and its lookup share a transaction; a plain one is one statement.
+  const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
+    job.key === undefined ? insertNow(c, job) : c.transaction(() => insertKeyedNow(c, job))
+
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
     ? {
@@ -288,9 +293,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         direct((c) =>
           jobs.length === 1 ? [insertNow(c, jobs[0]!)] : c.transaction(() => jobs.map((job) => insertNow(c, job)))
         ),
-      // A keyed insert and its lookup share a transaction; a plain one is one statement.
-      insertOne: (job) =>
-        direct((c) => job.key === undefined ? insertNow(c, job) : c.transaction(() => insertKeyedNow(c, job))),
+      insertOne: (job) => direct(insertOneBody(job)),
       claim: (queue, workerId, now, limit) =>
         direct((c) =>
           limit === 1
@@ -310,6 +313,12 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
 
   return {
     ...hot,
+    ...(directNow === undefined ? {} : {
+      insertOneNow: (context: Context.Context<never>, job: NewJob) => {
+        const id = directNow(context, insertOneBody(job))
+        return id === notNow ? undefined : id
+      }
+    }),
     hasClaimable: (queue, now) =>
       Effect.map(
         db.all<{ any: number }>(sql.anyClaimable, [queue, queue, now, queue, now]),
