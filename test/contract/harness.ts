@@ -6,6 +6,7 @@
 import type { SqlClient } from "@effect/sql"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Layer } from "effect"
+import { afterAll } from "vitest"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -21,6 +22,8 @@ export interface EngineUnderTest {
 
 let counter = 0
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-test-"))
+// Registered on the importing test file: its stores are closed by their scopes by then.
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 
 /** A database file path no other test uses. */
 export const freshFile = (label = "db") => path.join(dir, `${process.pid}-${++counter}-${label}.db`)
