@@ -94,36 +94,55 @@ export const makeQueue = <A>(
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
 
-  const makeHandle = (row: JobRow, payload: A): ClaimHandle<A> => {
-    const fence = { id: row.id, token: row.claim_token }
-    const bury = (error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
-    return {
-      fence,
-      job: toJob(row, payload),
-      ack: storage.ack(fence),
-      retry: (error, delay) =>
-        Effect.gen(function*() {
-          const explicitDelay = yield* optionalDurationMillis("delay", delay)
-          const text = errorText(error)
-          if (row.attempts >= row.max_attempts) {
-            return (yield* bury(text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
-          }
-          const at = yield* now
-          const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-          const retried = yield* storage.retry(fence, runAt, at, text)
-          if (retried) yield* signal(1)
-          return retried ? "retried" as const : "lost" as const
-        }),
-      fail: (error) => bury(errorText(error) ?? "failed"),
-      heartbeat: (extend) =>
-        Effect.gen(function*() {
-          const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
-            row.visibility_timeout
-          return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
-        }),
-      release: Effect.flatMap(now, (at) => storage.release(fence, at)).pipe(
+  const bury = (fence: Fence, error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
+
+  /**
+   * A claim's handle. Claims come by the thousand: the `Job` view is built on
+   * first use (a batch acked unread never builds it), and `ack`/`release` are
+   * getters, so a handle is one object and three closures (the closures keep
+   * `const { retry } = handle` working).
+   */
+  class Handle implements ClaimHandle<A> {
+    readonly fence: Fence
+    private view: Q.Job<A> | undefined
+    constructor(readonly row: JobRow, readonly payload: A) {
+      this.fence = { id: row.id, token: row.claim_token }
+    }
+    get job(): Q.Job<A> {
+      if (this.view === undefined) this.view = toJob(this.row, this.payload)
+      return this.view
+    }
+    get ack() {
+      return storage.ack(this.fence)
+    }
+    get release() {
+      return Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
+    }
+    readonly retry = (error?: unknown, delay?: Duration.DurationInput) => {
+      const { fence, row } = this
+      return Effect.gen(function*() {
+        const explicitDelay = yield* optionalDurationMillis("delay", delay)
+        const text = errorText(error)
+        if (row.attempts >= row.max_attempts) {
+          return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
+        }
+        const at = yield* now
+        const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+        const retried = yield* storage.retry(fence, runAt, at, text)
+        if (retried) yield* signal(1)
+        return retried ? "retried" as const : "lost" as const
+      })
+    }
+    readonly fail = (error: unknown) => bury(this.fence, errorText(error) ?? "failed")
+    readonly heartbeat = (extend?: Duration.DurationInput) => {
+      const { fence, row } = this
+      return Effect.gen(function*() {
+        const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
+          row.visibility_timeout
+        return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
+      })
     }
   }
 
@@ -134,7 +153,7 @@ export const makeQueue = <A>(
     for (const row of rows) {
       const payload = codec.decode(row.payload)
       if (payload instanceof InvalidPayload) undecodable.push([row, payload])
-      else handles.push(makeHandle(row, payload))
+      else handles.push(new Handle(row, payload))
     }
     if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
     return Effect.as(
