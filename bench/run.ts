@@ -746,6 +746,8 @@ ${mdTable(
 ## Issue-5 targets (alkstore)
 
 ${mdTable(targets.header, targets.rows)}
+
+Where the time goes, statement by statement, and why a missed target is missed: [performance.md](performance.md).
 ${wake ? `\n${wake}` : ""}
 ## Peer notes
 

@@ -344,8 +344,9 @@ export const makeQueue = <A>(
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
         const fences: Array<Fence> = []
         for (const handle of handles) {
-          const fence = (handle as Partial<ClaimHandle<A>>).fence
-          if (fence === undefined || handle.job.queue !== name) {
+          // The row, not `handle.job`: a batch acked unread never builds its jobs.
+          const { fence, row } = handle as Partial<Handle>
+          if (fence === undefined || row?.queue !== name) {
             return Effect.fail(
               new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
             )

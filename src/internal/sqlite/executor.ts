@@ -100,19 +100,26 @@ export const fromOwnedConnection = (options: {
     }
     throw cause
   }
+  const undoSavepoint = (cause: unknown): never => {
+    try {
+      exec("ROLLBACK TO alkstore_direct")
+    } catch {
+      // The cause is the outcome; RELEASE below ends the savepoint either way.
+    }
+    return rollingBack("RELEASE alkstore_direct", cause)
+  }
   const outermost: DirectConnection = {
     all,
     run,
     transaction: (body) => {
       exec("BEGIN IMMEDIATE")
-      let result
       try {
-        result = body()
+        const result = body()
         exec("COMMIT")
+        return result
       } catch (cause) {
         return rollingBack("ROLLBACK", cause)
       }
-      return result
     }
   }
   const nested: DirectConnection = {
@@ -120,18 +127,13 @@ export const fromOwnedConnection = (options: {
     run,
     transaction: (body) => {
       exec("SAVEPOINT alkstore_direct")
-      let result
       try {
-        result = body()
+        const result = body()
+        exec("RELEASE alkstore_direct")
+        return result
       } catch (cause) {
-        try {
-          exec("ROLLBACK TO alkstore_direct")
-        } finally {
-          rollingBack("RELEASE alkstore_direct", cause)
-        }
+        return undoSavepoint(cause)
       }
-      exec("RELEASE alkstore_direct")
-      return result as never
     }
   }
   const attempt = <A>(body: (conn: DirectConnection) => A, conn: DirectConnection): Effect.Effect<A, SqlError> => {
@@ -169,7 +171,7 @@ export const fromOwnedConnection = (options: {
       return result === notNow ? waiting(body) : Effect.succeed(result)
     })
   const statement = <P, A>(f: (sql: string, params: P) => A) => (sql: string, params: P) =>
-    direct((conn) => f.call(conn, sql, params))
+    direct(() => f(sql, params))
   return {
     all: statement(all) as Executor["all"],
     run: statement(run),

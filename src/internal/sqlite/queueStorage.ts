@@ -200,19 +200,25 @@ interface Readiness {
   readonly lapsed: number
 }
 
+/** The claim statement for `wanted` rows, with its parameters, given what the readiness read said. */
+const claimStatement = (ready: Readiness, queue: string, workerId: string, now: number, wanted: number) => {
+  const statement = wanted === 1
+    ? (ready.lapsed === 1 ? claimSql.lapsed : claimSql.pending)
+    : (ready.lapsed === 1 ? claimManySql.lapsed : claimManySql.pending)
+  return [statement.text, statement.bind([now, workerId, queue, wanted])] as const
+}
+
+/** Claimed rows in claim order (a batch's RETURNING comes in table order). */
+const inClaimOrder = (rows: ReadonlyArray<JobRow>) => (rows.length > 1 ? [...rows].sort(claimOrder) : rows)
+
 const claimNow = (c: DirectConnection, queue: string, workerId: string, now: number, limit: number) => {
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
-  const one = ready.lapsed === 1 ? claimSql.lapsed : claimSql.pending
-  const many = ready.lapsed === 1 ? claimManySql.lapsed : claimManySql.pending
   const claimed: Array<JobRow> = []
   let more = true
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
-    const rows = wanted === 1
-      ? c.all<JobRow>(one.text, one.bind([now, workerId, queue]))
-      : [...c.all<JobRow>(many.text, many.bind([now, workerId, queue, wanted]))].sort(claimOrder)
-    more = keepClaimed(rows, wanted, claimed)
+    more = keepClaimed(inClaimOrder(c.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))), wanted, claimed)
   }
   return claimed
 }
@@ -249,16 +255,12 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
     Effect.gen(function*() {
       const ready = (yield* db.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now])))[0]!
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
-      const one = ready.lapsed === 1 ? claimSql.lapsed : claimSql.pending
-      const many = ready.lapsed === 1 ? claimManySql.lapsed : claimManySql.pending
       const claimed: Array<JobRow> = []
       let more = true
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
-        const rows = wanted === 1
-          ? yield* db.all<JobRow>(one.text, one.bind([now, workerId, queue]))
-          : [...yield* db.all<JobRow>(many.text, many.bind([now, workerId, queue, wanted]))].sort(claimOrder)
-        more = keepClaimed(rows, wanted, claimed)
+        const rows = yield* db.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))
+        more = keepClaimed(inClaimOrder(rows), wanted, claimed)
       }
       return claimed
     })
@@ -291,7 +293,9 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
     : {
       insert: (jobs) =>
         direct((c) =>
-          jobs.length === 1 ? [insertNow(c, jobs[0]!)] : c.transaction(() => jobs.map((job) => insertNow(c, job)))
+          jobs.length === 1
+            ? [insertOneBody(jobs[0]!)(c)]
+            : c.transaction(() => jobs.map((job) => insertNow(c, job)))
         ),
       insertOne: (job) => direct(insertOneBody(job)),
       claim: (queue, workerId, now, limit) =>
