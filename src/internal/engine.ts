@@ -90,6 +90,15 @@ export interface QueueStorage {
     now: number,
     limit: number
   ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
+  /** `ackAndClaim` in place, as `insertOneNow` is `insertOne` in place. */
+  readonly ackAndClaimNow?: (
+    context: Context.Context<never>,
+    fence: Fence,
+    queue: string,
+    workerId: string,
+    now: number,
+    limit: number
+  ) => { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
   readonly retry: (fence: Fence, runAt: number, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly bury: (fence: Fence, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly heartbeat: (fence: Fence, claimedUntil: number) => Effect.Effect<boolean, SqlError>

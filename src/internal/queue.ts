@@ -211,13 +211,23 @@ export const makeQueue = <A>(
       }
     })
 
+  const nextOf = (rows: ReadonlyArray<JobRow>, at: number) =>
+    Effect.map(toHandles(rows, at), ({ handles }) => Option.fromNullable(handles[0]))
+
+  // A worker's step between two jobs: in place where the engine can (one effect), else as effects.
   const ackThenClaim = (handle: ClaimHandle<A>, workerId: string) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const at = nowOf(fiber)
-      return storage.ackAndClaim(handle.fence, name, workerId, at, 1).pipe(
-        Effect.flatMap(({ rows }) => toHandles(rows, at)),
-        Effect.map(({ handles }) => Option.fromNullable(handles[0]))
-      )
+      if (storage.ackAndClaimNow !== undefined) {
+        let result: { readonly rows: ReadonlyArray<JobRow> } | undefined
+        try {
+          result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, at, 1)
+        } catch (cause) {
+          return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
+        }
+        if (result !== undefined) return nextOf(result.rows, at)
+      }
+      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ rows }) => nextOf(rows, at))
     })
 
   const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {

@@ -1,4 +1,4 @@
-import { type Context, Effect, Option } from "effect"
+import { Effect, Option } from "effect"
 import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
@@ -277,6 +277,10 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
     job.key === undefined ? insertNow(c, job) : c.transaction(() => insertKeyedNow(c, job))
 
+  const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
+  (c: DirectConnection) =>
+    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit) }))
+
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
     ? {
@@ -306,23 +310,26 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         ),
       ack: (fence) => direct((c) => ackNow(c, fence)),
       ackMany: (fences) => direct((c) => c.transaction(() => fences.map((fence) => ackNow(c, fence)))),
-      ackAndClaim: (fence, queue, workerId, now, limit) =>
-        direct((c) =>
-          c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit) }))
-        )
+      ackAndClaim: (fence, queue, workerId, now, limit) => direct(ackAndClaimBody(fence, queue, workerId, now, limit))
     }
 
   const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
     Effect.map(db.run(text, [...head, fence.id, fence.token]), changed)
 
+  const inPlace: Pick<QueueStorage, "insertOneNow" | "ackAndClaimNow"> = directNow === undefined ? {} : {
+    insertOneNow: (context, job) => {
+      const id = directNow(context, insertOneBody(job))
+      return id === notNow ? undefined : id
+    },
+    ackAndClaimNow: (context, fence, queue, workerId, now, limit) => {
+      const result = directNow(context, ackAndClaimBody(fence, queue, workerId, now, limit))
+      return result === notNow ? undefined : result
+    }
+  }
+
   return {
     ...hot,
-    ...(directNow === undefined ? {} : {
-      insertOneNow: (context: Context.Context<never>, job: NewJob) => {
-        const id = directNow(context, insertOneBody(job))
-        return id === notNow ? undefined : id
-      }
-    }),
+    ...inPlace,
     hasClaimable: (queue, now) =>
       Effect.map(
         db.all<{ any: number }>(sql.anyClaimable, [queue, queue, now, queue, now]),
