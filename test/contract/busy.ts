@@ -53,7 +53,7 @@ export const busyContract = (engine: EngineUnderTest) =>
       }).pipe(Effect.provide(engine.store({ filename, busyPatience: "100 millis" })))
     })
 
-    it.live("a writer waits out a short lock instead of failing", () => {
+    it.live("a writer waits out a short lock instead of failing, on every hot path", () => {
       const filename = freshFile("busy-short")
       return Effect.gen(function*() {
         yield* shortBusyTimeout
@@ -67,6 +67,23 @@ export const busyContract = (engine: EngineUnderTest) =>
         const ids = yield* queue.enqueueBatch([{ n: 1 }, { n: 2 }])
         expect(ids.length).toBe(2)
         expect((yield* queue.stats).pending).toBe(2)
+        // every hot path: a single enqueue, a claim, a batch ack, each meeting another connection's lock
+        const holdFor = (millis: number) => {
+          const other = new Sqlite(filename)
+          other.prepare("BEGIN IMMEDIATE").run()
+          setTimeout(() => {
+            other.prepare("COMMIT").run()
+            other.close()
+          }, millis)
+        }
+        holdFor(100)
+        yield* queue.enqueue({ n: 3 })
+        holdFor(100)
+        const handles = yield* queue.claimBatch("w", 3)
+        expect(handles.length).toBe(3)
+        holdFor(100)
+        expect(yield* queue.ackAll(handles)).toEqual([true, true, true])
+        expect((yield* queue.stats).pending + (yield* queue.stats).claimed).toBe(0)
       }).pipe(Effect.provide(engine.store({ filename, busyPatience: "5 seconds" })))
     })
   })
