@@ -10,47 +10,63 @@ import { Worker } from "node:worker_threads"
  * unlucky enqueue or claim (the p99), and ~30 µs per job on average. Here
  * the store's own connection has `wal_autocheckpoint = 0` and a thread with
  * its own connection runs a `PASSIVE` checkpoint (which never blocks readers
- * or writers) whenever the WAL file changed since its last look, every
- * `everyMillis`. A timer, not file-system events: a watch on the WAL wakes
- * this thread on every write, and those wake-ups cost the writing thread
- * ~20 µs per commit on a two-core machine. A `stat` every 200 ms costs an
- * idle store nothing measurable.
+ * or writers) `everyMillis` after the store's connection wrote.
+ *
+ * How the thread learns of writes: a flag in shared memory, set by every
+ * statement of the store's connection; only the first write after a
+ * checkpoint wakes the thread (`Atomics.notify`), and an idle store leaves it
+ * blocked in `Atomics.wait`, costing nothing. (A file watch wakes the thread
+ * on every WAL write, ~20 µs of each commit on a two-core machine; a timer
+ * costs an idle store ~0.5 % of a core.)
  */
 const workerSource = `
 const { workerData, parentPort } = require("node:worker_threads")
-const fs = require("node:fs")
 const Database = require(workerData.driver)
 const db = new Database(workerData.filename, { timeout: 0 })
 const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
-const wal = workerData.filename + "-wal"
-let seen = ""
+const cells = workerData.cells
 const run = () => { try { checkpoint.all() } catch {} }
-const look = () => {
-  let now = ""
-  try {
-    const stat = fs.statSync(wal)
-    now = stat.size + ":" + stat.mtimeMs
-  } catch {}
-  if (now !== seen) {
-    seen = now
-    run()
-  }
-}
-const interval = setInterval(look, workerData.everyMillis)
-parentPort.on("message", () => {
-  clearInterval(interval)
+while (Atomics.load(cells, 1) === 0) {
+  Atomics.wait(cells, 0, 0)
+  if (Atomics.load(cells, 1) !== 0) break
+  Atomics.wait(cells, 1, 0, workerData.everyMillis)
+  Atomics.store(cells, 0, 0)
   run()
-  db.close()
-  parentPort.close()
-})
+}
+run()
+db.close()
+parentPort.close()
 `
 
-export const startCheckpointer = (filename: string, everyMillis: number) =>
+/**
+ * The shared flag between the store's connection and its checkpointer:
+ * cell 0 is "written since the last checkpoint", cell 1 is "stop".
+ */
+export interface WalSignal {
+  readonly cells: Int32Array
+  /** Marks a write; wakes the checkpointer on the first one after a checkpoint. */
+  readonly wrote: () => void
+}
+
+export const makeWalSignal = (): WalSignal => {
+  const cells = new Int32Array(new SharedArrayBuffer(8))
+  return {
+    cells,
+    wrote: () => {
+      if (Atomics.compareExchange(cells, 0, 0, 1) === 0) Atomics.notify(cells, 0)
+    }
+  }
+}
+
+export const startCheckpointer = (filename: string, everyMillis: number, signal: WalSignal) =>
   Effect.acquireRelease(
     Effect.try({
       try: () => {
         const driver = createRequire(import.meta.url).resolve("better-sqlite3")
-        const worker = new Worker(workerSource, { eval: true, workerData: { filename, everyMillis, driver } })
+        const worker = new Worker(workerSource, {
+          eval: true,
+          workerData: { filename, everyMillis, driver, cells: signal.cells }
+        })
         worker.unref()
         return worker
       },
@@ -59,6 +75,8 @@ export const startCheckpointer = (filename: string, everyMillis: number) =>
     (worker) =>
       Effect.async<void>((resume) => {
         worker.once("exit", () => resume(Effect.void))
-        worker.postMessage("stop")
+        Atomics.store(signal.cells, 1, 1)
+        Atomics.notify(signal.cells, 0)
+        Atomics.notify(signal.cells, 1)
       }).pipe(Effect.timeoutTo({ duration: "2 seconds", onTimeout: () => undefined, onSuccess: () => undefined }))
   )

@@ -14,6 +14,8 @@ export interface OwnedConnectionOptions {
   readonly filename: string
   readonly busyTimeoutMillis: number
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
+  /** Called as each statement is about to run (it may write): the checkpointer's prompt. */
+  readonly wrote: () => void
 }
 
 export interface OwnedConnection {
@@ -54,7 +56,11 @@ export const makeOwnedConnection = (
     }))
 
     const statements = new Map<string, Sqlite.Statement>()
+    const { wrote } = options
+    // Every statement passes here (it is about to run): reads mark too, which
+    // costs an idle store one spare checkpoint per read, and saves telling them apart.
     const prepare = (sql: string): Sqlite.Statement => {
+      wrote()
       let statement = statements.get(sql)
       if (statement === undefined) {
         statement = db.prepare(sql)
@@ -89,6 +95,7 @@ export const makeOwnedConnection = (
       executeValues: (sql, params) =>
         Effect.try({
           try: () => {
+            wrote()
             const statement = db.prepare(sql)
             if (!statement.reader) {
               statement.run(...params)
@@ -101,6 +108,7 @@ export const makeOwnedConnection = (
       executeUnprepared: (sql, params, transformRows) => {
         const effect = Effect.try({
           try: () => {
+            wrote()
             const statement = db.prepare(sql)
             return statement.reader ? statement.all(...(params ?? [])) : (statement.run(...(params ?? [])), [])
           },

@@ -19,7 +19,7 @@ import { makeQueueStorage } from "./queueStorage.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
 import { makeCommitSignals } from "./transaction.js"
-import { startCheckpointer } from "./checkpointer.js"
+import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { startWatcher } from "./watcher.js"
 
 /** Engine settings a store accepts (all optional). */
@@ -48,7 +48,7 @@ export interface StoreSettings {
 export interface OwnedSettings {
   /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
   readonly busyTimeout?: Duration.DurationInput
-  /** How often the background thread checkpoints the WAL (`PASSIVE`); default 200 ms. */
+  /** How long after a write the background thread checkpoints the WAL (`PASSIVE`); default 200 ms. */
   readonly checkpointInterval?: Duration.DurationInput
 }
 
@@ -131,17 +131,19 @@ export const layer = (
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
     const checkpointInterval =
       (yield* optionalDurationMillis("checkpointInterval", options.checkpointInterval, { positive: true })) ?? 200
+    const walSignal = makeWalSignal()
     const owned = yield* makeOwnedConnection({
       filename: options.filename,
       busyTimeoutMillis: busyTimeout,
-      retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis))
+      retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis)),
+      wrote: walSignal.wrote
     })
     if (isFile(options.filename)) {
       yield* Effect.try({
         try: () => owned.db.pragma("wal_autocheckpoint = 0"),
         catch: (cause) => new SqlError({ cause, message: `Failed to turn off automatic checkpoints: ${String(cause)}` })
       })
-      yield* startCheckpointer(options.filename, checkpointInterval)
+      yield* startCheckpointer(options.filename, checkpointInterval, walSignal)
     }
     const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(
       Effect.provideService(SqlClient.SqlClient, owned.client)
