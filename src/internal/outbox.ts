@@ -4,7 +4,8 @@ import { Engine } from "./engine.js"
 import { outboxQueueName, validateName } from "./names.js"
 import { outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
 import { jsonCodec } from "./payload.js"
-import { makeQueue, settle } from "./queue.js"
+import { settle } from "./handle.js"
+import { makeQueue } from "./queue.js"
 
 export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine

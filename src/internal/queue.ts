@@ -1,11 +1,10 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, Context, DateTime, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
+import { Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
 import type * as Q from "../Queues.js"
-import { InvalidOptions, InvalidPayload } from "../StoreError.js"
+import { InvalidOptions } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid, optionalDurationMillis } from "./duration.js"
 import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
-import { causeText, failureText } from "./errorText.js"
 import { checkName } from "./names.js"
 import {
   checkEnqueue,
@@ -17,36 +16,9 @@ import {
   resolveQueueOptions,
   type Stamp
 } from "./options.js"
+import { type ClaimHandle, makeHandles, settle, storedJob } from "./handle.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import type { WakeReason } from "./wake.js"
-
-const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
-const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
-
-/** A stored row as the contract's `Job`. */
-export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
-  id: row.id,
-  queue: row.queue,
-  payload,
-  state: row.state === "scheduled" ? "pending" : row.state,
-  priority: row.priority,
-  runAt: utc(row.run_at),
-  attempts: row.attempts,
-  maxAttempts: row.max_attempts,
-  visibilityTimeout: Duration.millis(row.visibility_timeout),
-  backoffBase: Duration.millis(row.backoff_base),
-  expiresAt: optionalUtc(row.expires_at),
-  claimedUntil: optionalUtc(row.claimed_until),
-  workerId: Option.fromNullable(row.worker_id),
-  createdAt: utc(row.created_at),
-  lastError: Option.fromNullable(row.last_error),
-  diedAt: optionalUtc(row.died_at)
-})
-
-const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
-
-const errorText = (error: unknown): string | undefined =>
-  error === undefined ? undefined : typeof error === "string" ? error : failureText(error)
 
 const checkWorker = (workerId: string) =>
   typeof workerId === "string" && workerId.length > 0
@@ -59,25 +31,6 @@ const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
 
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
   Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
-
-/** A handle with its fence, for the queue's own fused operations. */
-interface ClaimHandle<A> extends Q.JobHandle<A> {
-  readonly fence: Fence
-}
-
-/**
- * The outcome of a handler on its claim: success acks, interruption alone
- * releases (no attempt spent), any other failure or defect retries on the
- * curve with its text.
- */
-export const settle = <A, E>(
-  handle: Q.JobHandle<A>,
-  exit: Exit.Exit<void, E>
-): Effect.Effect<void, InvalidOptions | SqlError> => {
-  if (Exit.isSuccess(exit)) return Effect.asVoid(handle.ack)
-  if (Cause.isInterruptedOnly(exit.cause)) return Effect.asVoid(handle.release)
-  return Effect.asVoid(handle.retry(causeText(exit.cause)))
-}
 
 /**
  * One queue over the engine, engine-free: validation, stamping, fencing,
@@ -94,74 +47,7 @@ export const makeQueue = <A>(
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
 
-  const bury = (fence: Fence, error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
-
-  /**
-   * A claim's handle. Claims come by the thousand: the `Job` view is built on
-   * first use (a batch acked unread never builds it), and `ack`/`release` are
-   * getters, so a handle is one object and three closures (the closures keep
-   * `const { retry } = handle` working).
-   */
-  class Handle implements ClaimHandle<A> {
-    readonly fence: Fence
-    private view: Q.Job<A> | undefined
-    constructor(readonly row: JobRow, readonly payload: A) {
-      this.fence = { id: row.id, token: row.claim_token }
-    }
-    get job(): Q.Job<A> {
-      if (this.view === undefined) this.view = toJob(this.row, this.payload)
-      return this.view
-    }
-    get ack() {
-      return storage.ack(this.fence)
-    }
-    get release() {
-      return Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
-        Effect.tap((released) => (released ? signal(1) : Effect.void))
-      )
-    }
-    readonly retry = (error?: unknown, delay?: Duration.DurationInput) => {
-      const { fence, row } = this
-      return Effect.gen(function*() {
-        const explicitDelay = yield* optionalDurationMillis("delay", delay)
-        const text = errorText(error)
-        if (row.attempts >= row.max_attempts) {
-          return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
-        }
-        const at = yield* now
-        const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-        const retried = yield* storage.retry(fence, runAt, at, text)
-        if (retried) yield* signal(1)
-        return retried ? "retried" as const : "lost" as const
-      })
-    }
-    readonly fail = (error: unknown) => bury(this.fence, errorText(error) ?? "failed")
-    readonly heartbeat = (extend?: Duration.DurationInput) => {
-      const { fence, row } = this
-      return Effect.gen(function*() {
-        const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
-          row.visibility_timeout
-        return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
-      })
-    }
-  }
-
-  /** Handles for claimed rows; a row that fails its Schema goes to dead with the decode error. */
-  const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
-    const handles: Array<ClaimHandle<A>> = []
-    const undecodable: Array<[JobRow, InvalidPayload]> = []
-    for (const row of rows) {
-      const payload = codec.decode(row.payload)
-      if (payload instanceof InvalidPayload) undecodable.push([row, payload])
-      else handles.push(new Handle(row, payload))
-    }
-    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
-    return Effect.as(
-      Effect.forEach(undecodable, ([row, error]) =>
-        storage.bury({ id: row.id, token: row.claim_token }, at, error.reason)),
-      { handles, buried: undecodable.length }
-    )
-  }
+  const { toHandles } = makeHandles(storage, signal, codec)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
@@ -355,7 +241,7 @@ export const makeQueue = <A>(
         const fences: Array<Fence> = []
         for (const handle of handles) {
           // The row, not `handle.job`: a batch acked unread never builds its jobs.
-          const { fence, row } = handle as Partial<Handle>
+          const { fence, row } = handle as Partial<ClaimHandle<A>>
           if (fence === undefined || row?.queue !== name) {
             return Effect.fail(
               new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })

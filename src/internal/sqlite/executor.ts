@@ -108,33 +108,26 @@ export const fromOwnedConnection = (options: {
     }
     return rollingBack("RELEASE alkstore_direct", cause)
   }
+  // `body` between `open` and `close`; on any failure `undo`, which rethrows the cause.
+  const between = (open: string, close: string, undo: (cause: unknown) => never) => <A>(body: () => A): A => {
+    exec(open)
+    try {
+      const result = body()
+      exec(close)
+      return result
+    } catch (cause) {
+      return undo(cause)
+    }
+  }
   const outermost: DirectConnection = {
     all,
     run,
-    transaction: (body) => {
-      exec("BEGIN IMMEDIATE")
-      try {
-        const result = body()
-        exec("COMMIT")
-        return result
-      } catch (cause) {
-        return rollingBack("ROLLBACK", cause)
-      }
-    }
+    transaction: between("BEGIN IMMEDIATE", "COMMIT", (cause) => rollingBack("ROLLBACK", cause))
   }
   const nested: DirectConnection = {
     all,
     run,
-    transaction: (body) => {
-      exec("SAVEPOINT alkstore_direct")
-      try {
-        const result = body()
-        exec("RELEASE alkstore_direct")
-        return result
-      } catch (cause) {
-        return undoSavepoint(cause)
-      }
-    }
+    transaction: between("SAVEPOINT alkstore_direct", "RELEASE alkstore_direct", undoSavepoint)
   }
   const attempt = <A>(body: (conn: DirectConnection) => A, conn: DirectConnection): Effect.Effect<A, SqlError> => {
     try {

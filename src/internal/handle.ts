@@ -1,0 +1,136 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Cause, Clock, DateTime, Duration, Effect, Exit, Option } from "effect"
+import type * as Q from "../Queues.js"
+import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
+import { backoffMillis } from "./backoff.js"
+import { optionalDurationMillis } from "./duration.js"
+import type { Fence, JobRow, QueueStorage } from "./engine.js"
+import { causeText, failureText } from "./errorText.js"
+import type { PayloadCodec } from "./payload.js"
+
+const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
+const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
+
+/** A stored row as the contract's `Job`. */
+export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
+  id: row.id,
+  queue: row.queue,
+  payload,
+  state: row.state === "scheduled" ? "pending" : row.state,
+  priority: row.priority,
+  runAt: utc(row.run_at),
+  attempts: row.attempts,
+  maxAttempts: row.max_attempts,
+  visibilityTimeout: Duration.millis(row.visibility_timeout),
+  backoffBase: Duration.millis(row.backoff_base),
+  expiresAt: optionalUtc(row.expires_at),
+  claimedUntil: optionalUtc(row.claimed_until),
+  workerId: Option.fromNullable(row.worker_id),
+  createdAt: utc(row.created_at),
+  lastError: Option.fromNullable(row.last_error),
+  diedAt: optionalUtc(row.died_at)
+})
+
+/** A stored row as a `Job` whose payload is read as stored (JSON). */
+export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
+
+const errorText = (error: unknown): string | undefined =>
+  error === undefined ? undefined : typeof error === "string" ? error : failureText(error)
+
+/** A handle with its fence and row, for the queue's own fused and batch operations. */
+export interface ClaimHandle<A> extends Q.JobHandle<A> {
+  readonly fence: Fence
+  readonly row: JobRow
+}
+
+/**
+ * The outcome of a handler on its claim: success acks, interruption alone
+ * releases (no attempt spent), any other failure or defect retries on the
+ * curve with its text.
+ */
+export const settle = <A, E>(
+  handle: Q.JobHandle<A>,
+  exit: Exit.Exit<void, E>
+): Effect.Effect<void, InvalidOptions | SqlError> => {
+  if (Exit.isSuccess(exit)) return Effect.asVoid(handle.ack)
+  if (Cause.isInterruptedOnly(exit.cause)) return Effect.asVoid(handle.release)
+  return Effect.asVoid(handle.retry(causeText(exit.cause)))
+}
+
+/**
+ * Claim handles of one queue. Claims come by the thousand: the `Job` view
+ * is built on first use (a batch acked unread never builds it), and
+ * `ack`/`release` are getters, so a handle is one object and three closures
+ * (the closures keep `const { retry } = handle` working).
+ */
+export const makeHandles = <A>(
+  storage: QueueStorage,
+  signal: (count: number) => Effect.Effect<void>,
+  codec: PayloadCodec<A>
+) => {
+  const now = Clock.currentTimeMillis
+  const bury = (fence: Fence, error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
+
+  class Handle implements ClaimHandle<A> {
+    readonly fence: Fence
+    private view: Q.Job<A> | undefined
+    constructor(readonly row: JobRow, readonly payload: A) {
+      this.fence = { id: row.id, token: row.claim_token }
+    }
+    get job(): Q.Job<A> {
+      if (this.view === undefined) this.view = toJob(this.row, this.payload)
+      return this.view
+    }
+    get ack() {
+      return storage.ack(this.fence)
+    }
+    get release() {
+      return Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
+        Effect.tap((released) => (released ? signal(1) : Effect.void))
+      )
+    }
+    readonly retry = (error?: unknown, delay?: Duration.DurationInput) => {
+      const { fence, row } = this
+      return Effect.gen(function*() {
+        const explicitDelay = yield* optionalDurationMillis("delay", delay)
+        const text = errorText(error)
+        if (row.attempts >= row.max_attempts) {
+          return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
+        }
+        const at = yield* now
+        const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+        const retried = yield* storage.retry(fence, runAt, at, text)
+        if (retried) yield* signal(1)
+        return retried ? "retried" as const : "lost" as const
+      })
+    }
+    readonly fail = (error: unknown) => bury(this.fence, errorText(error) ?? "failed")
+    readonly heartbeat = (extend?: Duration.DurationInput) => {
+      const { fence, row } = this
+      return Effect.gen(function*() {
+        const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
+          row.visibility_timeout
+        return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
+      })
+    }
+  }
+
+  /** Handles for claimed rows; a row that fails its Schema goes to dead with the decode error. */
+  const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
+    const handles: Array<ClaimHandle<A>> = []
+    const undecodable: Array<[JobRow, InvalidPayload]> = []
+    for (const row of rows) {
+      const payload = codec.decode(row.payload)
+      if (payload instanceof InvalidPayload) undecodable.push([row, payload])
+      else handles.push(new Handle(row, payload))
+    }
+    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
+    return Effect.as(
+      Effect.forEach(undecodable, ([row, error]) =>
+        storage.bury({ id: row.id, token: row.claim_token }, at, error.reason)),
+      { handles, buried: undecodable.length }
+    )
+  }
+
+  return { toHandles }
+}
