@@ -1,0 +1,132 @@
+/**
+ * The crash check's checker: from the ledger (enqueues, handler starts and
+ * ends, own acks, kills, freezes) and the final dead list, it proves what
+ * issue 11 item 1 asks, and explains every duplicate.
+ */
+import type { Queues } from "../../src/index.js"
+import { violations as collect } from "../lib/check.js"
+
+export type CrashRecord =
+  | { readonly e: "ready"; readonly pid: number; readonly at: number }
+  | { readonly e: "enq"; readonly job: number; readonly poison: boolean; readonly at: number; readonly pid: number }
+  | {
+    readonly e: "start"
+    readonly job: number
+    readonly token: number
+    readonly until: number
+    readonly worker: string
+    readonly at: number
+    readonly pid: number
+  }
+  | { readonly e: "done" | "fail"; readonly job: number; readonly token: number; readonly at: number; readonly pid: number }
+  | { readonly e: "ack"; readonly job: number; readonly token: number; readonly ok: boolean; readonly at: number; readonly pid: number }
+  | { readonly e: "kill" | "freeze" | "thaw"; readonly target: number; readonly at: number; readonly pid: number }
+
+type Start = Extract<CrashRecord, { e: "start" }>
+type Ack = Extract<CrashRecord, { e: "ack" }>
+
+export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: ReadonlyArray<Queues.Job>, _leaseMs: number) => {
+  const v = collect()
+  const byJob = new Map<number, { poison: boolean; starts: Array<Start>; done: Set<number>; acks: Array<Ack> }>()
+  const killedAt = new Map<number, number>()
+  const frozen = new Map<number, Array<{ from: number; to: number }>>()
+  for (const r of records) {
+    if (r.e === "enq") byJob.set(r.job, { poison: r.poison, starts: [], done: new Set(), acks: [] })
+    else if (r.e === "kill") killedAt.set(r.target, r.at)
+    else if (r.e === "freeze") frozen.set(r.target, [...(frozen.get(r.target) ?? []), { from: r.at, to: Infinity }])
+    else if (r.e === "thaw") {
+      const spans = frozen.get(r.target) ?? []
+      const open = spans.find((s) => s.to === Infinity)
+      if (open !== undefined) open.to = r.at
+    }
+  }
+  for (const r of records) {
+    if (r.e !== "start" && r.e !== "done" && r.e !== "ack" && r.e !== "fail") continue
+    const job = byJob.get(r.job)
+    if (job === undefined) {
+      v.add("unknown job", `job ${r.job} handled but never enqueued by the producer`)
+      continue
+    }
+    if (r.e === "start") job.starts.push(r)
+    else if (r.e === "done") job.done.add(r.token)
+    else if (r.e === "ack") job.acks.push(r)
+  }
+  const deadIds = new Map(dead.map((j) => [j.id, j]))
+  const frozenDuring = (pid: number, from: number, to: number) =>
+    (frozen.get(pid) ?? []).some((s) => s.from < to && s.to > from)
+
+  let redelivered = 0
+  let duplicates = 0
+  const explained = { killedBeforeAck: 0, frozenPastLease: 0, leaseLapsed: 0 }
+  let lateAcksLost = 0
+  let maxToken = 0
+  let handled = 0
+  let poisonDead = 0
+
+  for (const [id, job] of byJob) {
+    const starts = [...job.starts].sort((a, b) => a.at - b.at)
+    // dead exactly when the attempts were meant to run out
+    const deadJob = deadIds.get(id)
+    if (job.poison) {
+      if (deadJob === undefined) v.add("poison not dead", `job ${id} should have spent its 2 attempts`)
+      else if (deadJob.attempts !== deadJob.maxAttempts) v.add("poison attempts", `job ${id} died at ${deadJob.attempts}`)
+      else poisonDead++
+      continue
+    }
+    if (deadJob !== undefined) v.add("dead", `job ${id} died (${deadJob.lastError._tag === "Some" ? deadJob.lastError.value : ""})`)
+    if (job.done.size === 0) v.add("lost", `job ${id} was never handled to the end`)
+    else handled++
+    if (starts.length > 1) redelivered++
+    for (let i = 0; i < starts.length; i++) {
+      const s = starts[i]!
+      maxToken = Math.max(maxToken, s.token)
+      const next = starts[i + 1]
+      if (next === undefined) continue
+      // claim tokens only grow
+      if (next.token <= s.token) v.add("token", `job ${id}: token ${next.token} after ${s.token}`)
+      // no second claim while the first was within its lease
+      if (next.at <= s.until) {
+        v.add("overlap", `job ${id}: claimed by ${next.worker} at ${next.at} inside ${s.worker}'s lease (until ${s.until})`)
+      }
+      // every re-delivery after a completed handler is explained
+      if (job.done.has(s.token)) {
+        duplicates++
+        const ownAck = job.acks.find((a) => a.token === s.token)
+        const killed = killedAt.get(s.pid)
+        if (ownAck?.ok === true && ownAck.at < next.at) {
+          v.add("duplicate", `job ${id}: acked by token ${s.token}, yet claimed again`)
+        } else if (killed !== undefined && killed >= s.at && killed < next.at) explained.killedBeforeAck++
+        else if (frozenDuring(s.pid, s.at, next.at)) explained.frozenPastLease++
+        else explained.leaseLapsed++
+      }
+    }
+    // acks report the truth: true only while no later claim existed, false only when one did
+    for (const ack of job.acks) {
+      const later = starts.filter((s) => s.token > ack.token)
+      if (ack.ok && later.some((s) => s.at < ack.at)) {
+        v.add("ack", `job ${id}: ack of token ${ack.token} succeeded after token ${later[0]!.token} claimed it`)
+      }
+      if (!ack.ok) {
+        if (later.length === 0) v.add("ack", `job ${id}: ack of token ${ack.token} lost with no later claim`)
+        else if (!later.some((s) => job.done.has(s.token))) {
+          v.add("late ack", `job ${id}: no later claim finished after token ${ack.token}'s lost ack`)
+        } else lateAcksLost++
+      }
+    }
+  }
+  return {
+    facts: {
+      jobs: byJob.size,
+      handled,
+      poisonDead,
+      redelivered,
+      duplicates,
+      "dup.killedBeforeAck": explained.killedBeforeAck,
+      "dup.frozenPastLease": explained.frozenPastLease,
+      "dup.leaseLapsed": explained.leaseLapsed,
+      lateAcksLost,
+      maxToken
+    },
+    violations: v.list
+  }
+}

@@ -1,0 +1,5 @@
+/** Every chaos check, in the order `npm run chaos` runs them. */
+import type { Check } from "../lib/check.js"
+import { crash } from "./crash.js"
+
+export const checks: ReadonlyArray<Check> = [crash]

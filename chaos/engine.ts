@@ -1,0 +1,82 @@
+/**
+ * The seam between the chaos programs and a storage engine. An engine is a
+ * way to (1) create a fresh shared database, described by a small JSON
+ * `Target` that can be handed to child processes, and (2) open a store
+ * layer on a target from any process.
+ *
+ * SQLite: the target is a file path. PostgreSQL (PgStore, being built on
+ * branch `pg`): the target will be a connection URL (one fresh database or
+ * schema per check); add its case to `openStore`, `createTarget` and
+ * `integrity` below and every check runs on it unchanged.
+ */
+import type { SqlClient } from "@effect/sql"
+import * as SqlClientTag from "@effect/sql/SqlClient"
+import { Effect, Layer } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { SqliteStore } from "../src/index.js"
+
+export type Target =
+  | { readonly kind: "sqlite"; readonly filename: string }
+  | { readonly kind: "pg"; readonly url: string }
+
+export type EngineKind = Target["kind"]
+
+/** The settings every engine's layer accepts (the engine-free ones). */
+export type Settings = SqliteStore.StoreSettings
+
+export type StoreLayer = Layer.Layer<SqliteStore.Mechanisms | SqlClient.SqlClient, unknown>
+
+/** Opens the store's layer on a target (in the driver or in a child process). */
+export const openStore = (target: Target, settings: Settings = {}): StoreLayer => {
+  switch (target.kind) {
+    case "sqlite":
+      return SqliteStore.layer({ filename: target.filename, ...settings })
+    case "pg":
+      // PgStore.layer({ url: target.url, ...settings }) once src/PgStore.ts lands
+      return Layer.fail(new Error("the PostgreSQL engine (PgStore) is not on this branch yet"))
+  }
+}
+
+const workDir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-chaos-"))
+let counter = 0
+
+/** A scratch directory for ledgers and database files, removed by `cleanup`. */
+export const scratch = (name: string) => path.join(workDir, `${++counter}-${name}`)
+
+export const cleanup = () => fs.rmSync(workDir, { recursive: true, force: true })
+
+/** A fresh, empty database for one check. */
+export const createTarget = (kind: EngineKind, label: string): Target => {
+  switch (kind) {
+    case "sqlite":
+      return { kind, filename: scratch(`${label}.db`) }
+    case "pg": {
+      const url = process.env.ALKSTORE_PG_URL
+      if (url === undefined) throw new Error("the pg engine needs ALKSTORE_PG_URL (and PgStore)")
+      return { kind, url }
+    }
+  }
+}
+
+/** The engine's own consistency check: `"ok"` when the database is sound. */
+export const integrity = (target: Target): Effect.Effect<string, unknown> =>
+  target.kind === "sqlite"
+    ? Effect.flatMap(SqlClientTag.SqlClient, (sql) => sql<{ integrity_check: string }>`PRAGMA integrity_check`).pipe(
+      Effect.map((rows) => rows.map((r) => r.integrity_check).join("; ")),
+      Effect.provide(openStore(target))
+    )
+    : Effect.succeed("ok") // PostgreSQL keeps its own invariants; nothing to ask
+
+/** Runs `effect` with a store on `target` and closes it after. */
+export const withStore = <A, E>(
+  target: Target,
+  effect: Effect.Effect<A, E, SqliteStore.Mechanisms | SqlClient.SqlClient>,
+  settings: Settings = {}
+): Promise<A> => Effect.runPromise(Effect.provide(effect, openStore(target, settings)) as Effect.Effect<A, unknown>)
+
+export const parseTarget = (json: string | undefined): Target => {
+  if (json === undefined) throw new Error("missing target argument")
+  return JSON.parse(json) as Target
+}
