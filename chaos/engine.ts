@@ -76,6 +76,22 @@ export const withStore = <A, E>(
   settings: Settings = {}
 ): Promise<A> => Effect.runPromise(Effect.provide(effect, openStore(target, settings)) as Effect.Effect<A, unknown>)
 
+/**
+ * A lock row as stored, read past the public API (which keeps reserved
+ * names such as the scheduler's lease out of reach). Instants in epoch ms;
+ * an engine storing them otherwise converts here.
+ */
+export const lockRow = (name: string) =>
+  Effect.flatMap(SqlClientTag.SqlClient, (sql) =>
+    sql<{ owner: string; token: number | string; expires_at: number | string }>`
+      SELECT owner, token, expires_at FROM __alkstore_locks WHERE name = ${name}`).pipe(
+    Effect.map((rows) =>
+      rows.length === 0
+        ? undefined
+        : { owner: rows[0]!.owner, token: Number(rows[0]!.token), expiresAt: Number(rows[0]!.expires_at) }
+    )
+  )
+
 export const parseTarget = (json: string | undefined): Target => {
   if (json === undefined) throw new Error("missing target argument")
   return JSON.parse(json) as Target

@@ -84,8 +84,8 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       if (next === undefined) continue
       // claim tokens only grow
       if (next.token <= s.token) v.add("token", `job ${id}: token ${next.token} after ${s.token}`)
-      // no second claim while the first was within its lease
-      if (next.at <= s.until) {
+      // no second claim while the first was within its lease ([claim, until): lapsed at now >= until)
+      if (next.at < s.until) {
         v.add("overlap", `job ${id}: claimed by ${next.worker} at ${next.at} inside ${s.worker}'s lease (until ${s.until})`)
       }
       // every re-delivery after a completed handler is explained

@@ -18,6 +18,16 @@ import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
 
 const visibilityMs = 1_500
 
+/** Workers with a handler started and not yet finished. */
+const busyPids = (records: ReadonlyArray<CrashRecord>) => {
+  const open = new Map<string, number>()
+  for (const r of records) {
+    if (r.e === "start") open.set(`${r.job}/${r.token}`, r.pid)
+    else if (r.e === "done" || r.e === "fail") open.delete(`${r.job}/${r.token}`)
+  }
+  return new Set(open.values())
+}
+
 export const crash: Check = {
   name: "crash",
   engines: ["sqlite", "pg"],
@@ -78,8 +88,10 @@ export const crash: Check = {
         await sleep(rng.int(200, 600))
         const live = workers.filter((w) => !w.exited && !w.frozen)
         if (live.length === 0) continue
-        const victim = rng.pick(live)
-        if (rng.chance(0.2) && workers.every((w) => !w.frozen)) {
+        if (rng.chance(0.25) && workers.every((w) => !w.frozen)) {
+          // freeze a worker in the middle of a handler, so its lease lapses under it
+          const busy = busyPids(readLedger<CrashRecord>(ledgerFile))
+          const victim = rng.pick(live.filter((w) => busy.has(w.pid)).concat(live).slice(0, Math.max(1, busy.size)))
           freezes++
           ledger.append({ e: "freeze", target: victim.pid })
           freeze(victim)
@@ -89,6 +101,7 @@ export const crash: Check = {
             thaw(victim)
           }))
         } else {
+          const victim = rng.pick(live)
           kills++
           ledger.append({ e: "kill", target: victim.pid })
           kill(victim)

@@ -1,5 +1,6 @@
 /** Every chaos check, in the order `npm run chaos` runs them. */
 import type { Check } from "../lib/check.js"
 import { crash } from "./crash.js"
+import { scheduler } from "./scheduler.js"
 
-export const checks: ReadonlyArray<Check> = [crash]
+export const checks: ReadonlyArray<Check> = [crash, scheduler]
