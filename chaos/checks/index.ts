@@ -1,6 +1,7 @@
 /** Every chaos check, in the order `npm run chaos` runs them. */
 import type { Check } from "../lib/check.js"
 import { crash } from "./crash.js"
+import { locks } from "./locks.js"
 import { scheduler } from "./scheduler.js"
 
-export const checks: ReadonlyArray<Check> = [crash, scheduler]
+export const checks: ReadonlyArray<Check> = [crash, scheduler, locks]
