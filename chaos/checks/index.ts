@@ -1,7 +1,8 @@
 /** Every chaos check, in the order `npm run chaos` runs them. */
 import type { Check } from "../lib/check.js"
+import { contention } from "./contention.js"
 import { crash } from "./crash.js"
 import { locks } from "./locks.js"
 import { scheduler } from "./scheduler.js"
 
-export const checks: ReadonlyArray<Check> = [crash, scheduler, locks]
+export const checks: ReadonlyArray<Check> = [crash, scheduler, locks, contention]
