@@ -2,7 +2,8 @@
 import type { Check } from "../lib/check.js"
 import { contention } from "./contention.js"
 import { crash } from "./crash.js"
+import { faultsCheck } from "./faults.js"
 import { locks } from "./locks.js"
 import { scheduler } from "./scheduler.js"
 
-export const checks: ReadonlyArray<Check> = [crash, scheduler, locks, contention]
+export const checks: ReadonlyArray<Check> = [crash, scheduler, locks, contention, faultsCheck]
