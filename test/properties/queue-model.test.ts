@@ -179,7 +179,7 @@ for (const engine of engines) {
         yield* Effect.promise(() =>
           fc.assert(
             fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 40 }), (ops) => run(execute(ops))),
-            fcParams(60)
+            fcParams(150)
           )
         )
       }).pipe(Effect.provide(engine.store())), 120_000)

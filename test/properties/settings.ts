@@ -7,7 +7,7 @@ import { fc } from "@fast-check/vitest"
 
 const fixed = process.env.ALKSTORE_FC_SEED ?? (process.env.CI !== undefined && process.env.CI !== "" ? "20261201" : undefined)
 
-export const fcParams = (numRuns: number): fc.Parameters<unknown> => ({
+export const fcParams = (numRuns: number): { numRuns: number; seed?: number } => ({
   numRuns,
   ...(fixed !== undefined ? { seed: Number(fixed) } : {})
 })
