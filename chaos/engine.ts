@@ -5,9 +5,10 @@
  * layer on a target from any process.
  *
  * SQLite: the target is a file path. PostgreSQL (PgStore, being built on
- * branch `pg`): the target will be a connection URL (one fresh database or
- * schema per check); add its case to `openStore`, `createTarget` and
- * `integrity` below and every check runs on it unchanged.
+ * branch `pg`): a server URL (`ALKSTORE_PG_URL`) and a fresh schema per
+ * check, the URL's `search_path` starting at it so the checks' plain SQL
+ * (the ledger resource, the lease row) finds the engine's tables. Once
+ * `PgStore` is on this branch, the one line to write is in `openStore`.
  */
 import type { SqlClient } from "@effect/sql"
 import * as SqlClientTag from "@effect/sql/SqlClient"
@@ -19,7 +20,7 @@ import { SqliteStore } from "../src/index.js"
 
 export type Target =
   | { readonly kind: "sqlite"; readonly filename: string }
-  | { readonly kind: "pg"; readonly url: string }
+  | { readonly kind: "pg"; readonly url: string; readonly schema: string }
 
 export type EngineKind = Target["kind"]
 
@@ -34,7 +35,8 @@ export const openStore = (target: Target, settings: Settings = {}): StoreLayer =
     case "sqlite":
       return SqliteStore.layer({ filename: target.filename, ...settings })
     case "pg":
-      // PgStore.layer({ url: target.url, ...settings }) once src/PgStore.ts lands
+      // once src/PgStore.ts is here:
+      //   PgStore.layer({ url: Redacted.make(target.url), schema: target.schema, ...settings })
       return Layer.fail(new Error("the PostgreSQL engine (PgStore) is not on this branch yet"))
   }
 }
@@ -53,9 +55,12 @@ export const createTarget = (kind: EngineKind, label: string): Target => {
     case "sqlite":
       return { kind, filename: scratch(`${label}.db`) }
     case "pg": {
-      const url = process.env.ALKSTORE_PG_URL
-      if (url === undefined) throw new Error("the pg engine needs ALKSTORE_PG_URL (and PgStore)")
-      return { kind, url }
+      const server = process.env.ALKSTORE_PG_URL
+      if (server === undefined) throw new Error("the pg engine needs ALKSTORE_PG_URL (a server chaos may write to)")
+      const schema = `chaos_${label.replace(/\W/g, "_")}_${process.pid}_${++counter}`
+      const url = new URL(server)
+      url.searchParams.set("options", `-c search_path=${schema}`)
+      return { kind, url: url.toString(), schema }
     }
   }
 }
