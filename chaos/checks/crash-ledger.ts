@@ -15,6 +15,7 @@ export type CrashRecord =
     readonly token: number
     readonly until: number
     readonly worker: string
+    readonly selfAck: boolean
     readonly at: number
     readonly pid: number
   }
@@ -59,6 +60,8 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
   let duplicates = 0
   const explained = { killedBeforeAck: 0, frozenPastLease: 0, leaseLapsed: 0 }
   let lateAcksLost = 0
+  // acked past its lease end with nobody having claimed it since: the contract lets that ack stand
+  let lateAcksKept = 0
   let maxToken = 0
   let handled = 0
   let poisonDead = 0
@@ -102,6 +105,8 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
     }
     // acks report the truth: true only while no later claim existed, false only when one did
     for (const ack of job.acks) {
+      const own = starts.find((s) => s.token === ack.token)
+      if (ack.ok && own !== undefined && ack.at >= own.until) lateAcksKept++
       const later = starts.filter((s) => s.token > ack.token)
       if (ack.ok && later.some((s) => s.at < ack.at)) {
         v.add("ack", `job ${id}: ack of token ${ack.token} succeeded after token ${later[0]!.token} claimed it`)
@@ -125,6 +130,7 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       "dup.frozenPastLease": explained.frozenPastLease,
       "dup.leaseLapsed": explained.leaseLapsed,
       lateAcksLost,
+      lateAcksKept,
       maxToken
     },
     violations: v.list

@@ -18,14 +18,18 @@ import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
 
 const visibilityMs = 1_500
 
-/** Workers with a handler started and not yet finished. */
+/**
+ * Workers with a handler started and not yet finished, those that will ack
+ * it themselves first (their late ack's answer lands in the ledger).
+ */
 const busyPids = (records: ReadonlyArray<CrashRecord>) => {
-  const open = new Map<string, number>()
+  const open = new Map<string, { pid: number; selfAck: boolean }>()
   for (const r of records) {
-    if (r.e === "start") open.set(`${r.job}/${r.token}`, r.pid)
+    if (r.e === "start") open.set(`${r.job}/${r.token}`, { pid: r.pid, selfAck: r.selfAck })
     else if (r.e === "done" || r.e === "fail") open.delete(`${r.job}/${r.token}`)
   }
-  return new Set(open.values())
+  const handlers = [...open.values()].sort((a, b) => Number(b.selfAck) - Number(a.selfAck))
+  return [...new Set(handlers.map((h) => h.pid))]
 }
 
 export const crash: Check = {
@@ -33,7 +37,7 @@ export const crash: Check = {
   engines: ["sqlite", "pg"],
   run: async (config) => {
     const rng = makeRng(config.seed)
-    const durationMs = config.short ? 8_000 : 60_000
+    const durationMs = config.short ? 10_000 : 60_000
     const width = config.short ? 3 : 4
     const target = createTarget(config.engine, "crash")
     const ledgerFile = scratch("crash.ledger")
@@ -87,11 +91,12 @@ export const crash: Check = {
       while (Date.now() < until) {
         await sleep(rng.int(200, 600))
         const live = workers.filter((w) => !w.exited && !w.frozen)
-        if (live.length === 0) continue
-        if (rng.chance(0.25) && workers.every((w) => !w.frozen)) {
+        // no kills while a worker is frozen: the others must be up to take its lapsed claims over
+        if (live.length === 0 || workers.some((w) => w.frozen)) continue
+        if (rng.chance(0.3)) {
           // freeze a worker in the middle of a handler, so its lease lapses under it
           const busy = busyPids(readLedger<CrashRecord>(ledgerFile))
-          const victim = rng.pick(live.filter((w) => busy.has(w.pid)).concat(live).slice(0, Math.max(1, busy.size)))
+          const victim = live.find((w) => w.pid === busy.find((pid) => live.some((l) => l.pid === pid))) ?? rng.pick(live)
           freezes++
           ledger.append({ e: "freeze", target: victim.pid })
           freeze(victim)

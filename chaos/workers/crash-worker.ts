@@ -43,7 +43,15 @@ const program = Effect.gen(function*() {
         const payload = job.payload as CrashPayload
         const token = tokenOf(handle)
         const until = DateTime.toEpochMillis(Option.getOrThrow(job.claimedUntil))
-        ledger.append({ e: "start", job: job.id, worker: workerId, token, until, attempt: job.attempts })
+        ledger.append({
+          e: "start",
+          job: job.id,
+          worker: workerId,
+          token,
+          until,
+          attempt: job.attempts,
+          selfAck: payload.selfAck
+        })
         yield* Effect.sleep(payload.workMs + rng.int(0, 5))
         if (payload.poison) {
           ledger.append({ e: "fail", job: job.id, token })
