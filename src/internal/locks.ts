@@ -1,14 +1,12 @@
 import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
-import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
+import { LockLost, LockUnavailable } from "../StoreError.js"
 import { durationMillis, optionalDurationMillis } from "./duration.js"
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
+import { validateText } from "./options.js"
 
-const checkOwner = (owner: string) =>
-  typeof owner === "string" && owner.length > 0
-    ? Effect.succeed(owner)
-    : Effect.fail(new InvalidOptions({ field: "owner", reason: "must be a non-empty string" }))
+const checkOwner = (owner: string) => validateText("owner", owner)
 
 /** Takes `name` for `owner` (names are validated by the caller). */
 export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>

@@ -9,6 +9,7 @@ import {
   type InstantInput,
   isInvalid
 } from "./duration.js"
+import { isWellFormed, notWellFormedReason } from "./names.js"
 
 /** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
 export const queueDefaults: Stamp = {
@@ -62,6 +63,22 @@ export const checkSafeInteger = (field: string, value: number | undefined, min?:
 
 export const safeInteger = (field: string, value: number | undefined, min?: number) =>
   Effect.suspend(() => fromChecked(checkSafeInteger(field, value, min)))
+
+/**
+ * A string the store keeps and compares (an idempotency key, a worker id, a
+ * lock owner): non-empty and well-formed, for the same reason as names.
+ */
+export const checkText = (field: string, value: string): InvalidOptions | undefined => {
+  if (typeof value !== "string" || value.length === 0) {
+    return new InvalidOptions({ field, reason: "must be a non-empty string" })
+  }
+  return isWellFormed(value) ? undefined : new InvalidOptions({ field, reason: notWellFormedReason })
+}
+
+export const validateText = (field: string, value: string): Effect.Effect<string, InvalidOptions> => {
+  const error = checkText(field, value)
+  return error === undefined ? Effect.succeed(value) : Effect.fail(error)
+}
 
 /** A handle's defaults over the base defaults (queue or outbox). */
 export const resolveQueueOptions = (
@@ -127,9 +144,8 @@ export const checkEnqueue = (
   if (isInvalid(delay)) return delay
   const runAt = options.runAt !== undefined ? checkInstant("runAt", options.runAt) : now + (delay ?? 0)
   if (isInvalid(runAt)) return runAt
-  if (options.key !== undefined && (typeof options.key !== "string" || options.key.length === 0)) {
-    return new InvalidOptions({ field: "key", reason: "must be a non-empty string" })
-  }
+  const keyError = options.key === undefined ? undefined : checkText("key", options.key)
+  if (keyError !== undefined) return keyError
   const expiresAfter = expires ?? stamp.expiresMillis
   const expiresAt = expiresAfter === undefined ? undefined : now + expiresAfter
   if (expiresAt !== undefined && expiresAt <= runAt) {
