@@ -1,4 +1,5 @@
 import { engines } from "./contract/harness.js"
+import { instantsContract } from "./contract/instants.js"
 import { queuesContract } from "./contract/queues.js"
 import { queuesExpiryContract } from "./contract/queues-expiry.js"
 import { queuesInspectionContract } from "./contract/queues-inspection.js"
@@ -9,4 +10,5 @@ for (const engine of engines) {
   queuesValidationContract(engine)
   queuesInspectionContract(engine)
   queuesExpiryContract(engine)
+  instantsContract(engine)
 }

@@ -3,7 +3,7 @@ import { Cause, Clock, DateTime, Duration, Effect, Exit, Option } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
-import { optionalDurationMillis } from "./duration.js"
+import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
@@ -107,7 +107,7 @@ export const makeHandles = <A>(
           return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
         }
         const at = yield* now
-        const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+        const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
         const retried = yield* storage.retry(fence, runAt, at, text)
         if (retried) yield* signal(1)
         return retried ? "retried" as const : "lost" as const
@@ -117,9 +117,13 @@ export const makeHandles = <A>(
     readonly heartbeat = (extend?: Duration.DurationInput) => {
       const { fence, row } = this
       return Effect.gen(function*() {
-        const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
-          row.visibility_timeout
-        return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
+        const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
+        const claimedUntil = yield* instantAfter(
+          extendMillis === undefined ? "visibilityTimeout" : "extend",
+          yield* now,
+          extendMillis ?? row.visibility_timeout
+        )
+        return yield* storage.heartbeat(fence, claimedUntil)
       })
     }
   }

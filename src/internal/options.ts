@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import { InvalidOptions } from "../StoreError.js"
 import {
   checkInstant,
+  checkInstantAfter,
   type Checked,
   checkOptionalDuration,
   fromChecked,
@@ -114,20 +115,29 @@ export interface ResolvedEnqueue {
   readonly key: string | undefined
 }
 
-/** Validates `EnqueueOpts` and stamps them over the handle's defaults at `now`. */
+/**
+ * Validates `EnqueueOpts` and stamps them over the handle's defaults at
+ * `now`. Every instant the job is written with (runAt, expiry) and its first
+ * lease end (runAt + visibility timeout) must be one a `DateTime` can hold;
+ * later lease ends are kept in range by the duration cap (`maxDurationMillis`).
+ */
 export const checkEnqueue = (
   stamp: Stamp,
   options: EnqueueOptionsInput | undefined,
   now: number
 ): Checked<ResolvedEnqueue> => {
   if (options === undefined) {
+    const lease = checkInstantAfter("visibilityTimeout", now, stamp.visibilityTimeoutMillis)
+    if (isInvalid(lease)) return lease
+    const expiresAt = stamp.expiresMillis === undefined ? undefined : checkInstantAfter("expires", now, stamp.expiresMillis)
+    if (isInvalid(expiresAt)) return expiresAt
     return {
       priority: 0,
       runAt: now,
       maxAttempts: stamp.maxAttempts,
       visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
       backoffBaseMillis: stamp.backoffBaseMillis,
-      expiresAt: stamp.expiresMillis === undefined ? undefined : now + stamp.expiresMillis,
+      expiresAt,
       key: undefined
     }
   }
@@ -142,15 +152,22 @@ export const checkEnqueue = (
   }
   const delay = checkOptionalDuration("delay", options.delay)
   if (isInvalid(delay)) return delay
-  const runAt = options.runAt !== undefined ? checkInstant("runAt", options.runAt) : now + (delay ?? 0)
+  const runAtField = options.runAt !== undefined ? "runAt" : delay !== undefined ? "delay" : "visibilityTimeout"
+  const runAt = options.runAt !== undefined
+    ? checkInstant("runAt", options.runAt)
+    : checkInstantAfter("delay", now, delay ?? 0)
   if (isInvalid(runAt)) return runAt
   const keyError = options.key === undefined ? undefined : checkText("key", options.key)
   if (keyError !== undefined) return keyError
   const expiresAfter = expires ?? stamp.expiresMillis
-  const expiresAt = expiresAfter === undefined ? undefined : now + expiresAfter
+  const expiresAt = expiresAfter === undefined ? undefined : checkInstantAfter("expires", now, expiresAfter)
+  if (isInvalid(expiresAt)) return expiresAt
   if (expiresAt !== undefined && expiresAt <= runAt) {
     return new InvalidOptions({ field: "expires", reason: "the job would expire at or before it becomes due" })
   }
+  // The first lease's end; named after what put the job so late (its runAt, its delay, or the clock itself).
+  const lease = checkInstantAfter(runAtField, runAt, stamp.visibilityTimeoutMillis)
+  if (isInvalid(lease)) return lease
   return {
     priority: priority ?? 0,
     runAt,
