@@ -45,16 +45,22 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
           expect((yield* mustGet(q, first)).state).toBe("dead")
         })))
 
+      /** A keyed job claimed with a 1 minute lease, 30 s on: its 10 s expiry passed, its lease is live. */
+      const inFlightPastExpiry = Effect.gen(function*() {
+        const q = yield* queueOf("keys", { visibilityTimeout: "1 minute" })
+        const first = yield* q.enqueue(1, { key: "k", expires: "10 seconds" })
+        const handle = yield* mustClaim(q, "w")
+        yield* TestClock.adjust("30 seconds")
+        // a worker is on it: the work the key names is in progress, so the enqueue deduplicates
+        expect(yield* q.enqueue(2, { key: "k" })).toBe(first)
+        expect((yield* mustGet(q, first)).state).toBe("claimed")
+        expect(yield* jobCount).toBe(1)
+        return { q, first, handle }
+      })
+
       it.effect("a claimed holder holds its key while its lease is live, even past its expiry; not after", () =>
         run(Effect.gen(function*() {
-          const q = yield* queueOf("keys", { visibilityTimeout: "1 minute" })
-          const first = yield* q.enqueue(1, { key: "k", expires: "10 seconds" })
-          const handle = yield* mustClaim(q, "w")
-          yield* TestClock.adjust("30 seconds")
-          // a worker is on it: the work the key names is in progress, so the enqueue deduplicates
-          expect(yield* q.enqueue(2, { key: "k" })).toBe(first)
-          expect((yield* mustGet(q, first)).state).toBe("claimed")
-          expect(yield* jobCount).toBe(1)
+          const { first, handle, q } = yield* inFlightPastExpiry
           // once the lease lapsed too, the holder is expired and the key free
           yield* TestClock.adjust("30 seconds")
           const second = yield* q.enqueue(3, { key: "k" })
@@ -65,13 +71,9 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
           expect(yield* handle.ack).toBe(false)
         })))
 
-      it.effect("the in-flight holder that finishes settles normally", () =>
+      it.effect("the in-flight holder past its expiry that finishes acks normally, and frees the key", () =>
         run(Effect.gen(function*() {
-          const q = yield* queueOf("keys", { visibilityTimeout: "1 minute" })
-          const first = yield* q.enqueue(1, { key: "k", expires: "10 seconds" })
-          const handle = yield* mustClaim(q, "w")
-          yield* TestClock.adjust("30 seconds")
-          expect(yield* q.enqueue(2, { key: "k" })).toBe(first)
+          const { first, handle, q } = yield* inFlightPastExpiry
           expect(yield* handle.ack).toBe(true)
           const next = yield* q.enqueue(3, { key: "k" })
           expect(next).not.toBe(first)
