@@ -209,24 +209,28 @@ export const queuesValidationContract = (engine: EngineUnderTest) =>
         ["Set", { s: new Set([1]) }],
         ["class instance", new Point(1)],
         ["nested class instance", { p: [new Point(2)] }],
-        ["boxed string", { s: new String("x") }], // eslint-disable-line no-new-wrappers
-        // JSON would change these silently: exact round-trip is the rule
+        ["boxed string", { s: new String("x") }] // eslint-disable-line no-new-wrappers
+      ]
+      // JSON would change these silently: exact round-trip is the rule
+      const changedByJson: ReadonlyArray<readonly [string, unknown]> = [
         ["-0", -0],
         ["nested -0", { x: [1, -0] }],
         ["an array with an extra property", Object.assign([1, 2], { extra: true })],
         ["a nested array with an extra property", { list: Object.assign([1], { note: "x" }) }],
         ["an array with a symbol key", Object.assign([1], { [Symbol("s")]: 1 })],
-        ["an Array subclass", { list: Points.from([1, 2]) }],
-        // nested past what a recursive check (or JSON.stringify) can walk
+        ["an Array subclass", { list: Points.from([1, 2]) }]
+      ]
+      // nested past what a recursive check (or JSON.stringify) can walk
+      const tooDeep: ReadonlyArray<readonly [string, unknown]> = [
         ["objects nested 5000 deep", nested(5000, (inner) => ({ a: inner }))],
         ["arrays nested 5000 deep", nested(5000, (inner) => [inner])],
         ["nested 100000 deep", nested(100_000, (inner) => [inner])]
       ]
 
-      it.effect("every payload JSON cannot carry faithfully is InvalidPayload and writes nothing", () =>
-        run(Effect.gen(function*() {
+      const rejectsAll = (payloads: ReadonlyArray<readonly [string, unknown]>) =>
+        Effect.gen(function*() {
           const q = yield* queueOf("q")
-          for (const [label, payload] of cases) {
+          for (const [label, payload] of payloads) {
             const error = yield* Effect.flip(q.enqueue(payload))
             expect(error._tag, label).toBe("InvalidPayload")
             expect(typeof (error as { reason?: unknown }).reason, label).toBe("string")
@@ -234,7 +238,16 @@ export const queuesValidationContract = (engine: EngineUnderTest) =>
             expect(batchError._tag, label).toBe("InvalidPayload")
           }
           expect(yield* jobCount).toBe(0)
-        })))
+        })
+
+      it.effect("every payload JSON cannot carry faithfully is InvalidPayload and writes nothing", () =>
+        run(rejectsAll(cases)))
+
+      it.effect("-0, arrays with extra properties or symbol keys and Array subclasses are InvalidPayload (exact round-trip)", () =>
+        run(rejectsAll(changedByJson)))
+
+      it.effect("a payload nested 5000 deep or more is InvalidPayload, not a RangeError, and writes nothing", () =>
+        run(rejectsAll(tooDeep)))
 
       it.effect("a deep payload is InvalidPayload on schedule and on Schema-typed queues too, nothing written", () =>
         run(Effect.gen(function*() {
