@@ -123,11 +123,10 @@ const sql = {
   requeueExpireHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = (
       SELECT idempotency_key FROM __alkstore_jobs WHERE id = ?3 AND queue = ?2 AND state = 'dead')
       AND ${expiredAt}`,
-  // An expiry that has passed is cleared: an operator asked for this job to run (see
-  // docs/queues-and-locks.md); one still ahead keeps its meaning.
+  // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
   requeueDead: `UPDATE __alkstore_jobs
     SET state = 'pending', run_at = ?1, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
-      expires_at = CASE WHEN expires_at <= ?1 THEN NULL ELSE expires_at END
+      expires_at = NULL
     WHERE id = ?3 AND queue = ?2 AND state = 'dead'
       AND (idempotency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
