@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect } from "effect"
 import * as fs from "node:fs"
 import { Queues, SqliteStore } from "../src/index.js"
+import { lastJson, runChild } from "./child.js"
 import { freshFile } from "./contract/harness.js"
 
 const walSizeAfterBursts = (checkpointInterval: Duration.DurationInput) => {
@@ -32,4 +33,28 @@ describe("background WAL checkpoints (SqliteStore.layer)", () => {
       const unchecked = yield* walSizeAfterBursts("1 hour")
       expect(unchecked).toBeGreaterThan(3 * checkpointed)
     }), 30_000)
+})
+
+describe("a failing checkpointer thread never takes its host down", () => {
+  const scenarios = {
+    replaced: "the file replaced by a directory",
+    deleted: "the file deleted",
+    renamed: "another database renamed over the file"
+  } as const
+  for (const mode of ["replaced", "deleted", "renamed"] as const) {
+    it.live(`${scenarios[mode]} right after the store started: the host keeps running, waiters see DatabaseReplaced, SQLite's own checkpoint takes over`, () =>
+      Effect.gen(function*() {
+        const filename = freshFile(`checkpointer-${mode}`)
+        const outcome = yield* runChild("test/fixtures/checkpointer-replaced.ts", [filename, mode])
+        expect(outcome.stderr).not.toContain("ERR_UNHANDLED_ERROR")
+        expect(outcome.code).toBe(0)
+        expect(outcome.stdout).toContain("the WAL checkpointer thread failed")
+        expect(lastJson(outcome.stdout)).toEqual({
+          waited: `DatabaseReplaced: ${mode === "deleted" ? "deleted" : "replaced"}`,
+          autocheckpoint: 1000,
+          enqueued: true
+        })
+        expect(outcome.stdout.trim().endsWith("closed")).toBe(true)
+      }), 30_000)
+  }
 })
