@@ -200,7 +200,7 @@ export const layerFromClient = (
   Layer.scopedContext(Effect.gen(function*() {
     const settings = yield* resolveSettings(options)
     const client = yield* SqlClient.SqlClient
-    const executor = fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
+    const executor = yield* fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
     const files = yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", [])
     const main = files.find((row) => row.name === "main")?.file ?? ""
     return yield* buildMechanisms(executor, { filename: main }, settings)
