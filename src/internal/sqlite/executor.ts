@@ -193,11 +193,12 @@ export const fromOwnedConnection = (options: {
  *
  * The store joins the application's transactions on this client, which it
  * recognises by their connection: the one(s) the client's `reserve` hands out
- * (SQLite clients have one). A statement outside any transaction runs inside
- * a deferred `BEGIN … COMMIT` of its own — what autocommit means anyway — so
- * a connection left inside a transaction (a failed COMMIT, which
- * `@effect/sql` 0.52 never rolls back) fails it loudly instead of taking
- * writes that would never commit.
+ * (SQLite clients have one). A write outside any transaction runs inside a
+ * deferred `BEGIN … COMMIT` of its own — what autocommit means anyway — so a
+ * connection left inside a transaction (a failed COMMIT, which `@effect/sql`
+ * 0.52 never rolls back) fails it loudly instead of taking writes that would
+ * never commit. (About 45 µs of CPU per lone write over sql-sqlite-node; a
+ * `SELECT` loses nothing there and runs bare.)
  */
 export const fromClient = (
   client: SqlClient.SqlClient,
@@ -216,15 +217,26 @@ export const fromClient = (
     yield* Effect.flatMap(acquire, ([release]) => release)
     const transaction = makeImmediateTransaction({ acquire, retryBusy, owns })
     const alone = makeImmediateTransaction({ acquire, retryBusy: identity, owns, begin: "BEGIN" })
-    const statement = <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, SqlError> =>
+    const statement = <A>(effect: Effect.Effect<A, SqlError>, write: boolean): Effect.Effect<A, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = ownTransaction(fiber.currentContext, owns)
         if (open === "other") return Effect.fail(otherTransactionError())
-        return open === undefined ? retryBusy(alone(effect)) : effect
+        if (open !== undefined) return effect
+        return retryBusy(write ? alone(effect) : effect)
       })
+    const writes = new Map<string, boolean>()
+    const isWrite = (text: string) => {
+      let write = writes.get(text)
+      if (write === undefined) {
+        write = !/^\s*SELECT\b/i.test(text)
+        writes.set(text, write)
+      }
+      return write
+    }
     const all = <A>(text: string, params: ReadonlyArray<Param>) =>
       statement(
-        sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<ReadonlyArray<A>, SqlError>
+        sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<ReadonlyArray<A>, SqlError>,
+        isWrite(text)
       )
     // `@effect/sql-sqlite-node` reports better-sqlite3's RunResult as the raw
     // result; a driver that does not is asked with `changes()` right after.
@@ -238,7 +250,8 @@ export const fromClient = (
                 "SELECT changes() AS changes, last_insert_rowid() AS lastInsertRowid"
               ),
               (rows) => rows[0]!
-            ))
+            )),
+        true
       )
     const runEach = (text: string, params: ReadonlyArray<ReadonlyArray<Param>>) =>
       Effect.forEach(params, (one) => run(text, one))
