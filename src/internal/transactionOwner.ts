@@ -41,5 +41,5 @@ export const otherTransactionError = (): SqlError =>
     cause: new Error(otherTransactionMessage),
     message: `${otherTransactionMessage}: its statements cannot run on that client's connection (another ` +
       "database), nor quietly outside a transaction the caller believes they are part of. Call it outside " +
-      "that transaction, or run the transaction on the store's own SqlClient."
+      "that transaction (before it, or after it commits)."
   })
