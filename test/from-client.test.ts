@@ -10,9 +10,10 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import Sqlite from "better-sqlite3"
-import { Cause, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit } from "effect"
 import { freshFile, sqliteFromClient } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
+import { expectSqlError } from "./contract/transactions.js"
 
 /** Jobs a separate connection sees: committed ones only. */
 const committedJobs = (filename: string) => {
@@ -48,14 +49,7 @@ describe("layerFromClient after the application's COMMIT failed", () => {
         queue.claim("w")
       ]
       for (const write of writes) {
-        const exit = yield* Effect.exit(write)
-        expect(Exit.isFailure(exit)).toBe(true)
-        if (Exit.isFailure(exit)) {
-          expect(Cause.isDie(exit.cause)).toBe(false)
-          const error = Option.getOrUndefined(Cause.failureOption(exit.cause)) as { _tag?: string; message?: string }
-          expect(error?._tag).toBe("SqlError")
-          expect(error?.message).toContain("inside a transaction that no fiber holds")
-        }
+        expectSqlError(yield* Effect.exit(write), "inside a transaction that no fiber holds")
       }
       expect(committedJobs(filename)).toBe(0)
       // What the application must do after a failed COMMIT.

@@ -31,13 +31,14 @@ const otherClient = Effect.gen(function*() {
 const countIn = (sql: SqlClient.SqlClient, table: string) =>
   Effect.map(sql.unsafe<{ n: number }>(`SELECT count(*) AS n FROM ${table}`), (rows) => rows[0]!.n)
 
-const expectRefused = (exit: Exit.Exit<unknown, unknown>) => {
+/** `exit` failed with a typed `SqlError` (not a defect) whose message contains `text`. */
+export const expectSqlError = (exit: Exit.Exit<unknown, unknown>, text: string) => {
   expect(Exit.isFailure(exit)).toBe(true)
   if (Exit.isFailure(exit)) {
     expect(Cause.isDie(exit.cause)).toBe(false)
     const failure = Option.getOrUndefined(Cause.failureOption(exit.cause)) as { _tag?: string; message?: string }
     expect(failure?._tag).toBe("SqlError")
-    expect(failure?.message).toContain("inside another SqlClient's transaction")
+    expect(failure?.message).toContain(text)
   }
 }
 
@@ -61,7 +62,7 @@ export const transactionsContract = (engine: EngineUnderTest) =>
           yield* other`INSERT INTO app_rows (n) VALUES (2)`
           return exits
         }))
-        for (const exit of exits) expectRefused(exit)
+        for (const exit of exits) expectSqlError(exit, "inside another SqlClient's transaction")
         // The other client's transaction committed its own rows, and only those.
         expect(yield* countIn(other, "app_rows")).toBe(2)
         expect(yield* countIn(other, "__alkstore_jobs")).toBe(0)
