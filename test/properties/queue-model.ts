@@ -48,10 +48,25 @@ export class QueueModel {
     return job.expiresAt !== null && job.expiresAt <= now
   }
 
-  /** A key is held by a pending or claimed job that has not expired. */
+  /**
+   * Whether a job holds its key: pending and not expired, or claimed unless
+   * both its expiry and its lease passed (a claim in flight keeps its key
+   * until its lease ends).
+   */
+  private live(job: ModelJob, now: number) {
+    if (job.state === "pending") return !this.expired(job, now)
+    if (job.state === "claimed") return !(this.expired(job, now) && job.claimedUntil !== null && now >= job.claimedUntil)
+    return false
+  }
+
+  /** The live holder of a key; a holder no longer live is moved to dead (`"expired"`) by the enqueue wanting it. */
   holder(key: string, now: number): ModelJob | undefined {
     for (const job of this.jobs.values()) {
-      if (job.key === key && job.state !== "dead" && !this.expired(job, now)) return job
+      if (job.key !== key || job.state === "dead") continue
+      if (this.live(job, now)) return job
+      job.state = "dead"
+      job.lastError = "expired"
+      job.claimedUntil = null
     }
     return undefined
   }
