@@ -24,6 +24,7 @@ interface Result {
   readonly seconds: number
   readonly p99Ms: number
   readonly maxMs: number
+  readonly runqueueWaitMs: number
 }
 
 const processes = 8
@@ -84,6 +85,9 @@ export const contention: Check = {
           p99MaxMs: Math.max(...results.map((r) => r.p99Ms)).toFixed(1),
           controlP99Ms: noiseMs.toFixed(1),
           loopMaxMs: Math.max(...results.map((r) => r.maxMs)).toFixed(1),
+          // per process and measured second: time spent runnable but waiting for a CPU (the machine, not the store)
+          cpuWaitMsPerSec: (results.reduce((n, r) => n + r.runqueueWaitMs, 0) / results.length /
+            Math.max(seconds - 1, 1)).toFixed(0),
           ...Object.fromEntries(Object.entries(totals).filter(([k]) => !k.endsWith(".failed"))),
           integrity: check
         },

@@ -38,6 +38,18 @@ const op = <A, E>(name: string, effect: Effect.Effect<A, E>) =>
     Effect.asVoid
   )
 
+/**
+ * How long the main thread waited for a CPU (runnable, not running), from
+ * Linux's schedstat: the machine's share of any event-loop delay.
+ */
+const runqueueWaitMs = () => {
+  try {
+    return Number(fs.readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[1]) / 1e6
+  } catch {
+    return NaN
+  }
+}
+
 const pause = (ms: number) => Effect.async<void>((resume) => {
   const timer = setTimeout(() => resume(Effect.void), ms)
   return Effect.sync(() => clearTimeout(timer))
@@ -73,8 +85,12 @@ const program = Effect.gen(function*() {
   const until = started + Number(durationArg)
   // the first second warms the JIT up; the delay is measured from then on (the counts cover it all)
   const measureFrom = started + Math.min(1_000, Number(durationArg) / 5)
+  let waitedFrom: number | undefined
   while (Date.now() < until) {
-    if (Date.now() >= measureFrom) delay.enable() // once: later calls are no-ops
+    if (Date.now() >= measureFrom && waitedFrom === undefined) {
+      delay.enable()
+      waitedFrom = runqueueWaitMs()
+    }
     // paced, as an application's requests are (8 CPU-bound loops on a small machine would measure
     // the OS's time slicing): the delay measured is the store's own synchronous stretches, busy waits included
     yield* pause(rng.int(2, 12))
@@ -98,6 +114,7 @@ const program = Effect.gen(function*() {
     }
   }
   delay.disable()
+  const waited = runqueueWaitMs() - (waitedFrom ?? NaN)
   yield* Fiber.interrupt(standby)
   const ops = Object.entries(counts).filter(([k]) => !k.endsWith(".failed")).reduce((n, [, c]) => n + c, 0)
   process.stdout.write(`${JSON.stringify({
@@ -108,7 +125,8 @@ const program = Effect.gen(function*() {
     failures,
     seconds: (Date.now() - started) / 1000,
     p99Ms: delay.percentile(99) / 1e6,
-    maxMs: delay.max / 1e6
+    maxMs: delay.max / 1e6,
+    runqueueWaitMs: waited
   })}\n`)
 })
 
