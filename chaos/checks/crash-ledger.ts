@@ -26,7 +26,7 @@ export type CrashRecord =
 type Start = Extract<CrashRecord, { e: "start" }>
 type Ack = Extract<CrashRecord, { e: "ack" }>
 
-export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: ReadonlyArray<Queues.Job>, _leaseMs: number) => {
+export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: ReadonlyArray<Queues.Job>) => {
   const v = collect()
   const byJob = new Map<number, { poison: boolean; starts: Array<Start>; done: Set<number>; acks: Array<Ack> }>()
   const killedAt = new Map<number, number>()

@@ -131,7 +131,7 @@ export const crash: Check = {
       const finalStats = await stats()
       const dead = await runtime.runPromise(queue.dead({ limit: 100_000 }))
       const check = await runtime.runPromise(integrity(target))
-      const result = checkCrashLedger(readLedger<CrashRecord>(ledgerFile), dead, visibilityMs)
+      const result = checkCrashLedger(readLedger<CrashRecord>(ledgerFile), dead)
       const violations = [...unexpected, ...result.violations]
       if (finalStats.pending + finalStats.scheduled + finalStats.claimed !== 0) {
         violations.push(`left in the queue: ${JSON.stringify(finalStats)}`)
