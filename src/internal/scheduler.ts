@@ -191,7 +191,9 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * standby tries anyway.
    */
   const transientRetry = Schedule.exponential(Duration.millis(Math.min(100, halfTtl)), 2).pipe(
-    Schedule.union(Schedule.spaced(Duration.millis(halfTtl)))
+    Schedule.union(Schedule.spaced(Duration.millis(halfTtl))),
+    // a failure after a long, healthy stretch (leading, say) starts again from the quick end
+    Schedule.resetAfter(Duration.millis(settings.leaderTtlMillis))
   )
 
   /**
