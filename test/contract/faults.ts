@@ -52,7 +52,10 @@ export const whileFailing = <A, E, R>(table: string, event: Event, effect: Effec
 
 /**
  * Counts attempted inserts into `table` whose `column` equals `value` (an
- * upsert counts whether or not it then conflicts): `read` is the count so far.
+ * upsert counts whether or not it then conflicts): the effect returned reads
+ * the count so far. On SQLite the counter and its trigger are TEMP: they see
+ * the statements of the application's connection only (the store's own), and
+ * counting writes nothing to the database file, so it wakes no watcher.
  */
 export const countInserts = (table: string, column: string, value: string) =>
   Effect.gen(function*() {
@@ -60,9 +63,9 @@ export const countInserts = (table: string, column: string, value: string) =>
     const counter = `test_count_${table}`
     yield* dialectSql({
       sqlite: [
-        `CREATE TABLE ${counter} (n INTEGER NOT NULL)`,
+        `CREATE TEMP TABLE ${counter} (n INTEGER NOT NULL)`,
         `INSERT INTO ${counter} (n) VALUES (0)`,
-        `CREATE TRIGGER ${counter} BEFORE INSERT ON ${table} WHEN NEW.${column} = '${value}'
+        `CREATE TEMP TRIGGER ${counter} BEFORE INSERT ON ${table} WHEN NEW.${column} = '${value}'
           BEGIN UPDATE ${counter} SET n = n + 1; END`
       ],
       pg: [
