@@ -288,9 +288,10 @@ export const outboxContract = (engine: EngineUnderTest) =>
     it.effect("run with heartbeat delivers one job after another, extending each lease while it is delivered", () =>
       Effect.gen(function*() {
         const box = yield* webhooks // 60 s visibility: beats every 20 s
+        // a daemon, so that a worker stuck in its first job fails the assertions below rather than the test's teardown
         const ids = [yield* box.enqueue({ n: 1 }), yield* box.enqueue({ n: 2 }), yield* box.enqueue({ n: 3 })]
         const leases: Array<readonly [number, number | undefined]> = []
-        const runner = yield* Effect.fork(
+        const runner = yield* Effect.forkDaemon(
           box.run("beating", (job) =>
             Effect.gen(function*() {
               yield* Effect.sleep("50 seconds")

@@ -40,7 +40,8 @@ export const workersContract = (engine: EngineUnderTest) =>
           const queue = yield* queueOf("beating", { visibilityTimeout: "30 seconds" })
           const ids = yield* queue.enqueueBatch([{ n: 1 }, { n: 2 }, { n: 3 }])
           const seen = yield* Ref.make<ReadonlyArray<LeaseSeen>>([])
-          const worker = yield* Effect.fork(
+          // a daemon, so that a worker stuck in its first job fails the assertions below rather than the test's teardown
+          const worker = yield* Effect.forkDaemon(
             queue.process("w", (job) =>
               Effect.gen(function*() {
                 const atStart = optionalMs(Option.getOrThrow(yield* queue.getJob(job.id)).claimedUntil)
