@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
+import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -288,18 +288,20 @@ export const makeQueue = <A>(
         let held: ReadonlyArray<ClaimHandle<A>> = []
         let handed = 0
         yield* Effect.addFinalizer(() => releaseUnhanded(held.slice(handed)))
-        const next = Effect.suspend(() =>
-          handed < held.length
-            ? Effect.succeed(held[handed++]!)
-            : Effect.uninterruptibleMask((restore) =>
-              Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
-                held = handles
-                handed = 1
-                return handles[0]!
-              })
-            )
+        const claimBatch = Effect.uninterruptibleMask((restore) =>
+          Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
+            held = handles
+            handed = 0
+          })
         )
-        return Stream.repeatEffect(next)
+        // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
+        const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
+          Channel.suspend(() =>
+            handed < held.length
+              ? Channel.flatMap(Channel.write(Chunk.of(held[handed++]!)), emit)
+              : Channel.flatMap(claimBatch, emit)
+          )
+        return Stream.fromChannel(emit())
       })),
     process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
