@@ -138,6 +138,8 @@ export interface LockStorage {
   readonly release: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
   /** Whether `owner` holds `name` with `token` at `now` (the scheduler's fence). */
   readonly holds: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
+  /** Whether anybody holds `name` at `now`: a read, so a standby can watch a lease without writing. */
+  readonly held: (name: string, now: number) => Effect.Effect<boolean, SqlError>
 }
 
 /** A registered schedule as storage keeps it. */
