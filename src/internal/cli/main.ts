@@ -1,0 +1,47 @@
+import { Command, ValidationError } from "@effect/cli"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Cause, Console, Effect, Exit, Option } from "effect"
+import { classify, exitCodes } from "./exit.js"
+import { dead, job, jobs, locks, schedules, stats } from "./inspect.js"
+import { cancel, migrate, purge, requeue, schedule } from "./repair.js"
+import { watch } from "./watch.js"
+
+const root = Command.make("alkstore").pipe(
+  Command.withDescription("inspect and repair an alkstore database (SQLite file or postgres:// URL)"),
+  Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch])
+)
+
+const cli = Command.run(root, { name: "alkstore", version: "0.1.0" })
+
+/**
+ * Runs the CLI on `argv` (without node and the script) and resolves to the
+ * exit code: failures are printed as one line on stderr. A command stopped
+ * by an interrupt (Ctrl-C, SIGTERM) ends normally: `watch` and `dashboard`
+ * run until then.
+ */
+export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
+  cli(["node", "alkstore", ...argv]).pipe(
+    Effect.provide(NodeContext.layer),
+    Effect.as(exitCodes.ok as number),
+    Effect.catchAllCause((cause) => {
+      if (Cause.isInterruptedOnly(cause)) return Effect.succeed(exitCodes.ok as number)
+      const failure = Cause.failureOption(cause)
+      if (Option.isSome(failure)) {
+        const error = failure.value
+        // @effect/cli has printed its own help text for a bad command line.
+        if (ValidationError.isValidationError(error)) {
+          return Effect.succeed(exitCodes.usage as number)
+        }
+        const { code, message } = classify(error)
+        return Effect.as(Console.error(`alkstore: ${message}`), code)
+      }
+      return Effect.as(Console.error(`alkstore: unexpected failure: ${Cause.pretty(cause)}`), exitCodes.storage as number)
+    })
+  )
+
+export const main = (argv: ReadonlyArray<string>) =>
+  NodeRuntime.runMain(program(argv), {
+    disableErrorReporting: true,
+    teardown: (exit, onExit) => onExit(Exit.isSuccess(exit) ? (exit.value as number) : exitCodes.storage)
+  })
