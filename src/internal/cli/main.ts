@@ -6,10 +6,11 @@ import { classify, exitCodes } from "./exit.js"
 import { dead, job, jobs, locks, schedules, stats } from "./inspect.js"
 import { cancel, migrate, purge, requeue, schedule } from "./repair.js"
 import { watch } from "./watch.js"
+import { dashboard } from "../dashboard/command.js"
 
 const root = Command.make("alkstore").pipe(
   Command.withDescription("inspect and repair an alkstore database (SQLite file or postgres:// URL)"),
-  Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch])
+  Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch, dashboard])
 )
 
 const cli = Command.run(root, { name: "alkstore", version: "0.1.0" })
