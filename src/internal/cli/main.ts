@@ -44,5 +44,13 @@ export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
 export const main = (argv: ReadonlyArray<string>) =>
   NodeRuntime.runMain(program(argv), {
     disableErrorReporting: true,
-    teardown: (exit, onExit) => onExit(Exit.isSuccess(exit) ? (exit.value as number) : exitCodes.storage)
+    // An interrupt from outside (Ctrl-C, SIGTERM) is how `watch` and `dashboard` stop.
+    teardown: (exit, onExit) =>
+      onExit(
+        Exit.isSuccess(exit)
+          ? (exit.value as number)
+          : Cause.isInterruptedOnly(exit.cause)
+          ? exitCodes.ok
+          : exitCodes.storage
+      )
   })
