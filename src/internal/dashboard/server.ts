@@ -30,7 +30,8 @@ const securityHeaders = {
   "content-security-policy":
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   "x-content-type-options": "nosniff",
-  "referrer-policy": "no-referrer",
+  // Not no-referrer: under it a browser sends `Origin: null` with the forms' POSTs.
+  "referrer-policy": "same-origin",
   "x-frame-options": "DENY",
   "cache-control": "no-store"
 }
@@ -117,7 +118,9 @@ const guardWrite = (writes: boolean) =>
     const site = request.headers["sec-fetch-site"]
     const origin = request.headers["origin"]
     const host = request.headers["host"]
-    if ((site !== undefined && site !== "same-origin") || (origin !== undefined && origin !== `http://${host}`)) {
+    // Browsers send Sec-Fetch-Site (a page cannot forge it); Origin is the check for older ones.
+    const crossSite = site !== undefined ? site !== "same-origin" : origin !== undefined && origin !== `http://${host}`
+    if (crossSite) {
       return yield* new HttpFailure({ status: 403, reason: "writes are accepted from this dashboard's own pages only" })
     }
   })
