@@ -5,6 +5,7 @@ import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
 import { toJob } from "./handle.js"
 import { queueDefaults } from "./options.js"
+import { isWellFormed, notWellFormedReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { toSchedule } from "./scheduler.js"
@@ -27,14 +28,12 @@ const checkId = (id: number) =>
     ? Effect.succeed(id)
     : Effect.fail(new InvalidOptions({ field: "id", reason: "must be a whole number of at least 1" }))
 
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-
 /** Any well-formed non-empty name: operators read outbox queues too. */
 const checkQueue = (name: string) =>
   typeof name !== "string" || name.length === 0
     ? Effect.fail(new InvalidName({ name: String(name), reason: "must not be empty" }))
-    : loneSurrogate.test(name)
-    ? Effect.fail(new InvalidName({ name, reason: "must be well-formed Unicode" }))
+    : !isWellFormed(name)
+    ? Effect.fail(new InvalidName({ name, reason: notWellFormedReason }))
     : Effect.succeed(name)
 
 const checkFilter = (filter: A.JobsFilter) =>

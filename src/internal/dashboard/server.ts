@@ -5,6 +5,7 @@ import * as UrlParams from "@effect/platform/UrlParams"
 import { Clock, Data, Effect, Option } from "effect"
 import * as Admin from "../../Admin.js"
 import { parseAge } from "../cli/common.js"
+import { isWellFormed } from "../names.js"
 import type { History } from "./history.js"
 import { type Html, layout, segment } from "./html.js"
 import * as Pages from "./pages.js"
@@ -39,8 +40,6 @@ const securityHeaders = {
 const respond = (status: number, body: string) =>
   HttpServerResponse.text(body, { status, contentType: "text/html; charset=utf-8", headers: securityHeaders })
 
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-
 export const parseId = (raw: string | undefined): Effect.Effect<number, HttpFailure> =>
   raw !== undefined && /^[1-9][0-9]{0,15}$/.test(raw) && Number.isSafeInteger(Number(raw))
     ? Effect.succeed(Number(raw))
@@ -51,7 +50,7 @@ export const parseQueue = (raw: string | undefined): Effect.Effect<string, HttpF
     ? Effect.fail(bad("a queue name must not be empty"))
     : raw.length > 1000
     ? Effect.fail(bad("a queue name is at most 1000 characters here"))
-    : loneSurrogate.test(raw)
+    : !isWellFormed(raw)
     ? Effect.fail(bad("a queue name must be well-formed Unicode"))
     : Effect.succeed(raw)
 
