@@ -1,12 +1,7 @@
 import { Command, Options } from "@effect/cli"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { Console, Duration, Effect, Layer } from "effect"
-import { createServer } from "node:http"
+import { Console, Duration, Effect } from "effect"
 import { db, onStore, parseAge } from "../cli/common.js"
 import { UsageError } from "../cli/exit.js"
-import { startHistory } from "./history.js"
-import { makeApp } from "./server.js"
 
 const loopback = new Set(["127.0.0.1", "::1", "localhost"])
 
@@ -36,15 +31,6 @@ export const dashboard = Command.make("dashboard", {
     if (!loopback.has(host)) {
       yield* Console.error(`alkstore: warning: the dashboard listens on ${host}, beyond this machine; it has no authentication`)
     }
-    yield* onStore(db, Effect.scoped(Effect.gen(function*() {
-      const history = yield* startHistory(every)
-      const announce = Layer.effectDiscard(HttpServer.addressFormattedWith((address) =>
-        Console.log(`alkstore dashboard on ${address} (${allowWrites ? "writes allowed" : "read-only"}); Ctrl-C to stop`)
-      ))
-      const server = HttpServer.serve(makeApp({ history, writes: allowWrites })).pipe(
-        Layer.merge(announce),
-        Layer.provide(NodeHttpServer.layer(createServer, { port, host }))
-      )
-      return yield* Layer.launch(server)
-    })))
+    const { serveDashboard } = yield* Effect.promise(() => import("./serve.js"))
+    yield* onStore(db, serveDashboard({ port, host, writes: allowWrites, sampleEvery: every }))
   })).pipe(Command.withDescription("serves the web dashboard: queues, jobs, dead jobs, schedules, locks"))
