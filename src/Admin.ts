@@ -86,6 +86,8 @@ export interface AdminShape {
   ) => Effect.Effect<number, InvalidName | InvalidOptions | SqlError>
   readonly schedules: Effect.Effect<ReadonlyArray<Schedule>, SqlError>
   readonly locks: Effect.Effect<ReadonlyArray<LockInfo>, SqlError>
+  /** The engine's applied migrations, in order (`<id>_<name>`). */
+  readonly migrations: Effect.Effect<ReadonlyArray<string>, SqlError>
 }
 
 export class Admin extends Context.Tag("alkstore/Admin")<Admin, AdminShape>() {}

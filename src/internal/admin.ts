@@ -159,7 +159,8 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
         expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
         held: row.expires_at > at
       }))
-    }).pipe(Effect.withSpan("Admin.locks"))
+    }).pipe(Effect.withSpan("Admin.locks")),
+    migrations: engine.admin.migrations.pipe(Effect.withSpan("Admin.migrations"))
   }
   return admin
 })

@@ -221,6 +221,8 @@ export interface AdminStorage {
   readonly schedules: Effect.Effect<ReadonlyArray<ScheduleRow>, SqlError>
   /** The highest job id ever assigned (0 for none): with the live count, a store-wide rate of enqueues and completions. */
   readonly lastJobId: Effect.Effect<number, SqlError>
+  /** The engine's applied migrations, in order (`<id>_<name>`). */
+  readonly migrations: Effect.Effect<ReadonlyArray<string>, SqlError>
 }
 
 export interface EngineSettings {

@@ -137,6 +137,14 @@ export const adminContract = (engine: EngineUnderTest) =>
         expect(yield* admin.jobs({ state: "dead" })).toEqual([])
       })))
 
+    it.effect("migrations lists the engine's applied migrations in order", () =>
+      run(Effect.gen(function*() {
+        const applied = yield* (yield* Admin.Admin).migrations
+        expect(applied.length).toBeGreaterThanOrEqual(2)
+        expect(applied[0]).toMatch(/^1_/)
+        expect(applied.map((m) => Number(m.split("_")[0]))).toEqual(applied.map((_, i) => i + 1))
+      })))
+
     it.effect("locks lists holders with tokens and whether the lease is live", () =>
       run(Effect.gen(function*() {
         const admin = yield* Admin.Admin

@@ -1,5 +1,4 @@
 import { Args, Command, Options } from "@effect/cli"
-import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect, Option } from "effect"
 import * as Admin from "../../Admin.js"
 import * as Scheduler from "../../Scheduler.js"
@@ -103,11 +102,8 @@ export const schedule = Command.make("schedule").pipe(
 
 export const migrate = Command.make("migrate", { db, json }, ({ db, json }) =>
   onStore(db, Effect.gen(function*() {
-    // Opening the store ran the migrations (each in one write transaction); this reads what is applied.
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ migration_id: number; name: string }>`
-      SELECT migration_id, name FROM __alkstore_migrations ORDER BY migration_id`
-    yield* output(json, { migrations: rows.map((r) => `${r.migration_id}_${r.name}`) }, () =>
-      `schema up to date: ${rows.map((r) => `${r.migration_id}_${r.name}`).join(", ")}`)
+    // Opening the store ran the migrations (each engine its own way); this reads what is applied.
+    const migrations = yield* (yield* Admin.Admin).migrations
+    yield* output(json, { migrations }, () => `schema up to date: ${migrations.join(", ")}`)
   }), { create: true })).pipe(Command.withDescription("creates the database when missing and applies the engine's migrations"))
 

@@ -1,6 +1,7 @@
 import { Effect, Option } from "effect"
 import type { AdminStorage, JobRow, LockInfoRow, QueueDepthRow, ScheduleRow } from "../engine.js"
 import type { Executor, Param } from "./executor.js"
+import { migrationsTable } from "./migrations.js"
 
 /**
  * Every statement of the SQLite operator reads (better-sqlite3 binds `?` by
@@ -31,7 +32,8 @@ const sql = {
   locks: `SELECT name, owner, token, expires_at FROM __alkstore_locks ORDER BY name`,
   schedules: `SELECT * FROM __alkstore_scheduler_tasks ORDER BY name`,
   // AUTOINCREMENT keeps the high-water mark in sqlite_sequence after the rows are gone.
-  lastJobId: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'), 0) AS id`
+  lastJobId: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'), 0) AS id`,
+  migrations: `SELECT migration_id, name FROM ${migrationsTable} ORDER BY migration_id`
 } as const
 
 /** Each state's condition and how many times it binds now. */
@@ -67,5 +69,9 @@ export const makeAdminStorage = (db: Executor): AdminStorage => ({
   job: (id, now) => Effect.map(db.all<JobRow>(sql.job, [now, id]), (rows) => Option.fromNullable(rows[0])),
   locks: db.all<LockInfoRow>(sql.locks, []),
   schedules: db.all<ScheduleRow>(sql.schedules, []),
-  lastJobId: Effect.map(db.all<{ id: number }>(sql.lastJobId, []), (rows) => rows[0]?.id ?? 0)
+  lastJobId: Effect.map(db.all<{ id: number }>(sql.lastJobId, []), (rows) => rows[0]?.id ?? 0),
+  migrations: Effect.map(
+    db.all<{ migration_id: number; name: string }>(sql.migrations, []),
+    (rows) => rows.map((row) => `${row.migration_id}_${row.name}`)
+  )
 })
