@@ -129,6 +129,9 @@ describe("alkstore CLI", () => {
       [["schedule", "add", "x", "--every", "1 hour", "--queue", "q", "--db", db], "invalid --every"],
       [["schedule", "add", "x", "--every", "1h", "--queue", "q", "--payload", "{oops", "--db", db], "not JSON"],
       [["schedule", "add", "__alkstore_x", "--every", "1h", "--queue", "q", "--db", db], "reserved prefix"],
+      [["watch", "--db", db, "--interval", "10ms"], "--interval must be at least 100ms"],
+      [["dashboard", "--db", db, "--port", "70000"], "invalid --port 70000"],
+      [["dashboard", "--db", db, "--sample-every", "1ms"], "--sample-every must be at least 200ms"],
       [["frobnicate"], "Invalid subcommand"],
       [["stats"], "--db"]
     ]
