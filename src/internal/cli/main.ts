@@ -2,6 +2,7 @@ import { Command, ValidationError } from "@effect/cli"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Console, Effect, Exit, Option } from "effect"
+import * as fs from "node:fs"
 import { classify, exitCodes } from "./exit.js"
 import { dead, job, jobs, locks, schedules, stats } from "./inspect.js"
 import { cancel, migrate, purge, requeue, schedule } from "./repair.js"
@@ -13,7 +14,16 @@ const root = Command.make("alkstore").pipe(
   Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch, dashboard])
 )
 
-const cli = Command.run(root, { name: "alkstore", version: "0.1.0" })
+/** The package's version: src/internal/cli and dist/internal/cli both sit three levels below package.json. */
+const version = (() => {
+  try {
+    return (JSON.parse(fs.readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string }).version
+  } catch {
+    return "unknown"
+  }
+})()
+
+const cli = Command.run(root, { name: "alkstore", version })
 
 /**
  * Runs the CLI on `argv` (without node and the script) and resolves to the
