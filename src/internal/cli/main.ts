@@ -17,7 +17,7 @@ const root = Command.make("alkstore").pipe(
 /** The package's version: src/internal/cli and dist/internal/cli both sit three levels below package.json. */
 const version = (() => {
   try {
-    return (JSON.parse(fs.readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string }).version
+    return (JSON.parse(fs.readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version?: string }).version ?? "unknown"
   } catch {
     return "unknown"
   }
