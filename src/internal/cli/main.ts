@@ -1,7 +1,7 @@
-import { Command, ValidationError } from "@effect/cli"
+import { CliConfig, Command, ValidationError } from "@effect/cli"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Console, Effect, Exit, Option } from "effect"
+import { Cause, Console, Effect, Exit, Layer, Option } from "effect"
 import * as fs from "node:fs"
 import { classify, exitCodes } from "./exit.js"
 import { dead, job, jobs, locks, schedules, stats } from "./inspect.js"
@@ -13,6 +13,25 @@ const root = Command.make("alkstore").pipe(
   Command.withDescription("inspect and repair an alkstore database (SQLite file or postgres:// URL)"),
   Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch, dashboard])
 )
+
+// eslint-disable-next-line no-control-regex
+const sgr = /\x1b\[[0-9;]*m/g
+
+/**
+ * @effect/cli colours its help and errors whatever the output: colours only
+ * on a terminal, and never under NO_COLOR (https://no-color.org).
+ */
+const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
+  const colour = process.stdout.isTTY === true && (process.env.NO_COLOR ?? "") === ""
+  if (colour) return effect
+  const strip = (args: ReadonlyArray<unknown>) => args.map((a) => (typeof a === "string" ? a.replace(sgr, "") : a))
+  return Console.consoleWith((base) =>
+    Effect.withConsole(effect, {
+      ...base,
+      log: (...args: ReadonlyArray<unknown>) => base.log(...strip(args)),
+      error: (...args: ReadonlyArray<unknown>) => base.error(...strip(args))
+    }))
+}
 
 /** The package's version: src/internal/cli and dist/internal/cli both sit three levels below package.json. */
 const version = (() => {
@@ -32,8 +51,8 @@ const cli = Command.run(root, { name: "alkstore", version })
  * run until then.
  */
 export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
-  cli(["node", "alkstore", ...argv]).pipe(
-    Effect.provide(NodeContext.layer),
+  withPlainText(cli(["node", "alkstore", ...argv])).pipe(
+    Effect.provide(Layer.merge(NodeContext.layer, CliConfig.layer({ showBuiltIns: false }))),
     Effect.as(exitCodes.ok as number),
     Effect.catchAllCause((cause) => {
       if (Cause.isInterruptedOnly(cause)) return Effect.succeed(exitCodes.ok as number)
