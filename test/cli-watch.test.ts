@@ -1,9 +1,9 @@
 /**
  * `alkstore watch` under a real pseudo-terminal (tmux, on a private socket):
  * the view draws, redraws in place as the store changes, and stops cleanly
- * on Ctrl-C.
+ * on Ctrl-C; and its JSON lines for scripts.
  */
-import { execFileSync } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -60,5 +60,25 @@ describe("alkstore watch", () => {
     tmux("send-keys", "-t", "watch", "C-c")
     const stopped = await screenUntil((s) => s.includes("watch exited with"))
     expect(stopped).toContain("watch exited with 0")
+  })
+
+  it("--json prints one reading per line (rates from the second on) and SIGINT ends it with exit 0", async () => {
+    const [cmd, ...args] = nodeArgv(cliEntry(), ["watch", "--db", file, "--interval", "200ms", "--json"])
+    const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
+    let out = ""
+    const lines = await new Promise<Array<string>>((resolve) =>
+      child.stdout.on("data", (d) => {
+        out += d
+        const complete = out.split("\n").filter((l) => l.trim() !== "")
+        if (complete.length >= 2 && out.endsWith("\n")) resolve(complete)
+      }))
+    const code = new Promise<number | null>((resolve) => child.on("close", resolve))
+    child.kill("SIGINT")
+    expect(await code).toBe(0)
+    const [first, second] = lines.map((l) => JSON.parse(l))
+    expect(first.rates).toBeNull()
+    expect(second.rates).toEqual({ enqueuedPerSec: 0, completedPerSec: 0 })
+    expect(second.queues.map((q: { name: string }) => q.name)).toEqual(["emails", "reports"])
+    expect(second.totals.live).toBe(6)
   })
 })
