@@ -14,7 +14,7 @@ import { dueBoundaries, parseEvery } from "./spec.js"
 export const registrationsTopic = "__alkstore_scheduler_tasks"
 export const leadershipTopic = "__alkstore_scheduler"
 
-const toSchedule = (row: ScheduleRow): S.Schedule => ({
+export const toSchedule = (row: ScheduleRow): S.Schedule => ({
   name: row.name,
   spec: row.spec,
   interval: Duration.millis(row.interval_ms),
