@@ -11,8 +11,8 @@ import type { PayloadCodec } from "./payload.js"
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
 
-/** A stored row as the contract's `Job`. */
-export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
+/** A stored row as the contract's `Job`, every field built now. */
+const fullJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
   id: row.id,
   queue: row.queue,
   payload,
@@ -30,6 +30,65 @@ export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
   lastError: Option.fromNullable(row.last_error),
   diedAt: optionalUtc(row.died_at)
 })
+
+/**
+ * A stored row as the contract's `Job`. What every handler reads — the id,
+ * the payload, the counters — are plain fields; the `DateTime`, `Duration`
+ * and `Option` fields (a dozen allocations) are built together on the first
+ * touch of any of them: a batch read for its payloads never builds them.
+ * `toJSON` gives every field, so a logged or serialized job reads whole.
+ */
+class JobView<A> implements Q.Job<A> {
+  readonly id: number
+  readonly queue: string
+  readonly state: Q.Job<A>["state"]
+  readonly priority: number
+  readonly attempts: number
+  readonly maxAttempts: number
+  readonly #row: JobRow
+  #full: Q.Job<A> | undefined
+  constructor(row: JobRow, readonly payload: A) {
+    this.#row = row
+    this.id = row.id
+    this.queue = row.queue
+    this.state = row.state === "scheduled" ? "pending" : row.state
+    this.priority = row.priority
+    this.attempts = row.attempts
+    this.maxAttempts = row.max_attempts
+  }
+  toJSON(): Q.Job<A> {
+    return (this.#full ??= fullJob(this.#row, this.payload))
+  }
+  get runAt() {
+    return this.toJSON().runAt
+  }
+  get visibilityTimeout() {
+    return this.toJSON().visibilityTimeout
+  }
+  get backoffBase() {
+    return this.toJSON().backoffBase
+  }
+  get expiresAt() {
+    return this.toJSON().expiresAt
+  }
+  get claimedUntil() {
+    return this.toJSON().claimedUntil
+  }
+  get workerId() {
+    return this.toJSON().workerId
+  }
+  get createdAt() {
+    return this.toJSON().createdAt
+  }
+  get lastError() {
+    return this.toJSON().lastError
+  }
+  get diedAt() {
+    return this.toJSON().diedAt
+  }
+}
+
+export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => new JobView(row, payload)
 
 /** A stored row as a `Job` whose payload is read as stored (JSON). */
 export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)

@@ -56,6 +56,33 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(yield* handle.ack).toBe(false)
         })))
 
+      it.effect("a claimed job's view is whole: every field on touch, the same value each time, and in its JSON", () =>
+        run(Effect.gen(function*() {
+          yield* TestClock.adjust("1 second")
+          const q = yield* queueOf("view", { visibilityTimeout: "30 seconds", maxAttempts: 4, backoffBase: "2 seconds" })
+          const id = yield* q.enqueue({ n: 1 }, { priority: 3, expires: "1 hour" })
+          yield* TestClock.adjust("1 second")
+          const { job } = yield* mustClaim(q, "w1")
+          expect(job).toMatchObject({ id, queue: "view", payload: { n: 1 }, state: "claimed", priority: 3, attempts: 1 })
+          expect(job.maxAttempts).toBe(4)
+          expect(ms(job.runAt)).toBe(1000)
+          expect(ms(job.createdAt)).toBe(1000)
+          expect(durationMs(job.visibilityTimeout)).toBe(30_000)
+          expect(durationMs(job.backoffBase)).toBe(2000)
+          expect(optionalMs(job.expiresAt)).toBe(1000 + 3_600_000)
+          expect(optionalMs(job.claimedUntil)).toBe(2000 + 30_000)
+          expect(Option.getOrUndefined(job.workerId)).toBe("w1")
+          expect(Option.isNone(job.lastError) && Option.isNone(job.diedAt)).toBe(true)
+          expect(job.runAt).toBe(job.runAt)
+          expect(job.claimedUntil).toBe(job.claimedUntil)
+          const json = JSON.parse(JSON.stringify(job)) as Record<string, unknown>
+          expect(Object.keys(json).sort()).toEqual([
+            "attempts", "backoffBase", "claimedUntil", "createdAt", "diedAt", "expiresAt", "id", "lastError",
+            "maxAttempts", "payload", "priority", "queue", "runAt", "state", "visibilityTimeout", "workerId"
+          ])
+          expect(json.runAt).toBe(new Date(1000).toISOString())
+        })))
+
       it.effect("ids are never reused: a stale id cannot reach a newer job", () =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("reuse")
