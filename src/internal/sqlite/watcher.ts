@@ -16,6 +16,9 @@ export interface WatcherOptions {
   readonly identityEveryMillis: number
 }
 
+/** How long an event that found no new commit keeps looking on every turn of the event loop. */
+const SPIN_MILLIS = 1
+
 const identity = (filename: string): string | undefined => {
   try {
     const stat = fs.statSync(filename)
@@ -75,16 +78,28 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         }
 
         // A WAL write is seen before the commit that makes it visible (the
-        // wal-index in shared memory moves last, without an event), so an event
-        // that finds no new version is followed up a few times, 1 ms apart.
+        // wal-index in shared memory moves last, without an event), and a
+        // waiting process reads the event within microseconds, so the first
+        // look often finds nothing new. It looks again on the next turns of
+        // the event loop (`setImmediate`, a few µs each) for `SPIN_MILLIS` —
+        // a commit is visible tens of µs after its last WAL write — then on
+        // 1 ms timers a few times. (Timers alone put half the cross-process
+        // wakes a whole timer tick, 1–1.5 ms, behind the commit.) The
+        // immediate stays referenced: an unreferenced one does not keep the
+        // poll phase from blocking, and would wait for the next timer.
         let followUps = 0
         let followUp: NodeJS.Timeout | undefined
+        let spin: NodeJS.Immediate | undefined
+        let spinUntil = 0
         const onEvent = () => {
           followUp = undefined
+          spin = undefined
           if (closed || failed || !waiting) return
           const before = last
           checkVersion()
-          if (last === before && followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
+          if (last !== before) return
+          if (performance.now() < spinUntil) spin = setImmediate(onEvent)
+          else if (followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
         }
         // The watch runs only while somebody waits (and a second after): every
         // event it delivers costs the event loop, ~4 µs per commit of the
@@ -107,7 +122,10 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
               // Commits write the WAL; writes to the database file itself are checkpoints.
               if (failed || (name === base && event !== "rename")) return
               followUps = 5
-              if (followUp === undefined) onEvent()
+              spinUntil = performance.now() + SPIN_MILLIS
+              if (spin !== undefined) return
+              if (followUp !== undefined) clearTimeout(followUp)
+              onEvent()
             })
             watcher.on("error", () => {
               watcher.close()
@@ -155,6 +173,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             closed = true
             if (timer !== undefined) clearTimeout(timer)
             if (followUp !== undefined) clearTimeout(followUp)
+            if (spin !== undefined) clearImmediate(spin)
             if (linger !== undefined) clearTimeout(linger)
             events?.close()
             db.close()
