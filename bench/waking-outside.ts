@@ -18,6 +18,7 @@
  * the floor: INSERT then an in-process callback that claims); plainjob (its
  * worker, polling every 10 ms).
  */
+import { rmSync } from "node:fs"
 import { Worker } from "node:worker_threads"
 import {
   arrivals,
@@ -123,9 +124,11 @@ const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> =>
     const timed = samples.filter((x) => x.n >= s.warmup && a.handlerAt.has(x.n))
     const of = (form: number) => timed.filter((x) => x.n % 2 === form)
     const lat = (xs: ReadonlyArray<Sample>) => xs.map((x) => a.handlerAt.get(x.n)! - x.t0)
+    const floor = await effectFloor(file, s)
     return {
       latenciesMs: latencies(samples, a.handlerAt, s.warmup),
       series: {
+        "Effect floor: runSync(Effect.sync(raw INSERT + complete a Deferred)) → a fiber awaiting it claims with raw SQL": floor,
         "runSync(enqueue) → handler": lat(of(0)),
         "runPromise(enqueue) → handler": lat(of(1)),
         "runSync(enqueue) call alone": of(0).map((x) => x.t1 - x.t0),
@@ -136,6 +139,43 @@ const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> =>
   } finally {
     await rt.runPromise(Fiber.interrupt(worker))
     await rt.dispose()
+  }
+}
+
+/**
+ * The cheapest Effect-shaped version of this path, in the same process
+ * after alkstore's samples: the raw statements on their own file, the enqueue
+ * one `runSync` of an `Effect.sync` that inserts and completes a `Deferred`,
+ * the worker a fiber of the same runtime awaiting it, which claims with the
+ * raw statement. What any library with an Effect worker pays at least.
+ */
+const effectFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray<number>> => {
+  const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
+  const floorFile = `${file}-effect-floor.db`
+  const raw = await openRaw(floorFile, true)
+  const rt = ManagedRuntime.make(Layer.empty)
+  const f = arrivals(s.sampleTimeoutMs)
+  let signal = Deferred.unsafeMake<void>(FiberId.none)
+  const worker = rt.runFork(Effect.forever(Effect.zipRight(
+    Effect.suspend(() => Deferred.await(signal)),
+    Effect.sync(() => {
+      signal = Deferred.unsafeMake<void>(FiberId.none)
+      rawDrain(raw, f.seen)
+    })
+  )))
+  try {
+    const { samples } = await paced(s, s.warmup + Math.min(200, s.samples), (n) => {
+      rt.runSync(Effect.sync(() => {
+        raw.enqueue(n)
+        Deferred.unsafeDone(signal, Exit.void)
+      }))
+    }, f.waitFor)
+    return latencies(samples, f.handlerAt, s.warmup)
+  } finally {
+    await rt.runPromise(Fiber.interrupt(worker))
+    await rt.dispose()
+    raw.db.close()
+    for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
   }
 }
 
