@@ -32,29 +32,37 @@ const fullJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
 })
 
 /**
- * A stored row as the contract's `Job`. What every handler reads — the id,
- * the payload, the counters — are plain fields; the `DateTime`, `Duration`
- * and `Option` fields (a dozen allocations) are built together on the first
- * touch of any of them: a batch read for its payloads never builds them.
- * `toJSON` gives every field, so a logged or serialized job reads whole.
+ * A stored row as the contract's `Job`, read through: the payload is a
+ * field and the plain fields are read off the row, while the `DateTime`,
+ * `Duration` and `Option` fields (a dozen allocations) are built together on
+ * the first touch of any of them. A view costs two fields to make, and a
+ * batch read for its payloads never builds the rest. `toJSON` gives every
+ * field, so a logged or serialized job reads whole.
  */
 class JobView<A> implements Q.Job<A> {
-  readonly id: number
-  readonly queue: string
-  readonly state: Q.Job<A>["state"]
-  readonly priority: number
-  readonly attempts: number
-  readonly maxAttempts: number
   readonly #row: JobRow
   #full: Q.Job<A> | undefined
   constructor(row: JobRow, readonly payload: A) {
     this.#row = row
-    this.id = row.id
-    this.queue = row.queue
-    this.state = row.state === "scheduled" ? "pending" : row.state
-    this.priority = row.priority
-    this.attempts = row.attempts
-    this.maxAttempts = row.max_attempts
+  }
+  get id() {
+    return this.#row.id
+  }
+  get queue() {
+    return this.#row.queue
+  }
+  get state(): Q.Job<A>["state"] {
+    const state = this.#row.state
+    return state === "scheduled" ? "pending" : state
+  }
+  get priority() {
+    return this.#row.priority
+  }
+  get attempts() {
+    return this.#row.attempts
+  }
+  get maxAttempts() {
+    return this.#row.max_attempts
   }
   toJSON(): Q.Job<A> {
     return (this.#full ??= fullJob(this.#row, this.payload))
@@ -118,9 +126,9 @@ export const settle = <A, E>(
 
 /**
  * Claim handles of one queue. Claims come by the thousand: the `Job` view
- * is built on first use (a batch acked unread never builds it), and
- * `ack`/`release` are getters, so a handle is one object and three closures
- * (the closures keep `const { retry } = handle` working).
+ * is built on first use (a batch acked unread never builds it), and every
+ * operation is a getter, so a handle is one object (a getter's closure keeps
+ * `const { retry } = handle` working, built when it is read).
  */
 export const makeHandles = <A>(
   storage: QueueStorage,
@@ -148,9 +156,9 @@ export const makeHandles = <A>(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
     }
-    readonly retry = (error?: unknown, delay?: Duration.DurationInput) => {
+    get retry() {
       const { fence, row } = this
-      return Effect.gen(function*() {
+      return (error?: unknown, delay?: Duration.DurationInput) => Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
         if (row.attempts >= row.max_attempts) {
@@ -163,10 +171,13 @@ export const makeHandles = <A>(
         return retried ? "retried" as const : "lost" as const
       })
     }
-    readonly fail = (error: unknown) => bury(this.fence, errorText(error) ?? "failed")
-    readonly heartbeat = (extend?: Duration.DurationInput) => {
+    get fail() {
+      const { fence } = this
+      return (error: unknown) => bury(fence, errorText(error) ?? "failed")
+    }
+    get heartbeat() {
       const { fence, row } = this
-      return Effect.gen(function*() {
+      return (extend?: Duration.DurationInput) => Effect.gen(function*() {
         const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
           row.visibility_timeout
         return yield* storage.heartbeat(fence, (yield* now) + extendMillis)

@@ -471,6 +471,19 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect((yield* q.claimBatch("w", 10)).map((h) => h.job.id)).toEqual([...ids, ...fromSet])
         })))
 
+      it.effect("a large batch: every id names its own payload, in input order, ids ascending", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("large-batch")
+          yield* q.enqueue("before")
+          const payloads = Array.from({ length: 257 }, (_, i) => ({ i }))
+          const ids = yield* q.enqueueBatch(payloads)
+          expect(ids).toHaveLength(257)
+          for (let i = 1; i < ids.length; i++) expect(ids[i]!).toBeGreaterThan(ids[i - 1]!)
+          for (const [i, id] of ids.entries()) expect((yield* mustGet(q, id)).payload).toEqual({ i })
+          const claimed = yield* q.claimBatch("w", 300)
+          expect(claimed.map((h) => h.job.payload)).toEqual(["before", ...payloads])
+        })))
+
       it.effect("one invalid payload rejects the whole batch and writes nothing", () =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("batch")
