@@ -84,7 +84,8 @@ export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Out
 export const buildMechanisms = (
   executor: Executor,
   filename: string,
-  settings: ResolvedSettings
+  settings: ResolvedSettings,
+  ownDataVersion?: () => number | undefined
 ): Effect.Effect<Context.Context<Mechanisms>, SqlError | MigrationError, Scope.Scope | SqlClient.SqlClient> =>
   Effect.gen(function*() {
     yield* migrate(executor.transaction)
@@ -94,7 +95,8 @@ export const buildMechanisms = (
         filename,
         pollMillis: settings.watchIntervalMillis,
         eventFallbackMillis: 500,
-        identityEveryMillis: 500
+        identityEveryMillis: 500,
+        ownDataVersion
       })
     }
     const engine: EngineShape = {
@@ -145,7 +147,16 @@ export const layer = (
       })
       yield* startCheckpointer(options.filename, checkpointInterval, walSignal)
     }
-    const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(
+    const ownVersion = owned.db.prepare("PRAGMA data_version").pluck()
+    const ownDataVersion = () => {
+      if (owned.db.inTransaction) return undefined
+      try {
+        return ownVersion.get() as number
+      } catch {
+        return undefined
+      }
+    }
+    const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings, ownDataVersion).pipe(
       Effect.provideService(SqlClient.SqlClient, owned.client)
     )
     return Context.add(mechanisms, SqlClient.SqlClient, owned.client)

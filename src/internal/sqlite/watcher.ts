@@ -14,6 +14,13 @@ export interface WatcherOptions {
   readonly eventFallbackMillis: number
   /** How often the file's identity (device and inode) is checked while anybody waits. */
   readonly identityEveryMillis: number
+  /**
+   * `PRAGMA data_version` of the store's own connection, where the store
+   * owns it, or `undefined` while a transaction is open on it (it cannot
+   * tell then). It moves only for other connections' commits, so the watcher
+   * wakes nobody for the store's own: those signalled their waiters already.
+   */
+  readonly ownDataVersion?: (() => number | undefined) | undefined
 }
 
 /** How long an event that found no new commit keeps looking on every turn of the event loop. */
@@ -65,11 +72,17 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
           failed = true
           hub.fail(new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" }))
         }
+        const own = options.ownDataVersion
+        let ownLast = own?.()
         const checkVersion = () => {
           try {
             const version = dataVersion.get() as number
             if (version !== last) {
               last = version
+              // Somebody committed: the store's own connection tells whether it was somebody else.
+              const ownNow = own?.()
+              if (own !== undefined && ownNow !== undefined && ownNow === ownLast) return
+              if (ownNow !== undefined) ownLast = ownNow
               hub.signalAll()
             }
           } catch {
