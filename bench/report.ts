@@ -365,6 +365,9 @@ between samples so the worker is idle each time; p50/p99 are nearest-rank percen
 ${mdTable(table.header, table.rows)}
 
 ${defs.map((d) => `- **${d.title}** (\`${d.id}\`): ${d.what}. Baseline: ${d.baseline}.`).join("\n")}
+- Outside the fiber: a pacer thread posts "go" 2–5 ms (\`Atomics.wait\`, not a timer) after each sample, so the
+  enqueue runs in an I/O callback at a random phase of the main thread's timers. Even so, a raw 1 ms poller in the
+  same process often claims at once: the wake-up that delivers the callback also runs its overdue timer.
 - Cross-process: the worker process paces the samples over IPC (one job at a time); the enqueuing process busy-waits a
   random 0–3 ms before each enqueue, so commits land at a random phase of the worker's 1 ms poll / 2 ms
   \`data_version\` watch instead of right after a tick. The clock check below compares each process's

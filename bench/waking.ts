@@ -3,8 +3,9 @@
  * worker sees a new job, and what an idle worker costs.
  *
  * Scenarios (ids usable in BENCH_WORKLOADS), each measured for alkstore and
- * for a raw better-sqlite3 baseline, every measurement in its own fresh child
- * process (bench/waking-child.ts) on a fresh WAL file:
+ * for a raw better-sqlite3 baseline (and plainjob where issue 14 compares
+ * it), every measurement in its own fresh child process
+ * (bench/waking-child.ts) on a fresh WAL file:
  *
  * - `wake-inprocess`: a worker waits in `queue.process` (concurrency 1); the
  *   same process enqueues one job; latency = `performance.now()` on the
@@ -12,13 +13,18 @@
  *   2–5 ms real sleep between samples lets the worker go idle each time.
  *   Raw floor: a raw INSERT then a raw claim `UPDATE … RETURNING`, back to
  *   back in one process (what a library could reach at best; no waking at all).
+ * - `wake-outside` (bench/waking-outside.ts, issue 14): the same, but the
+ *   enqueue is made from code outside any fiber (`runSync` / `runPromise`
+ *   from an I/O callback, as an HTTP handler would), against a raw worker
+ *   polling at 1 ms in the same process and plainjob's worker.
  * - `wake-crossprocess`: the worker process (A) waits in `process`; a second
  *   OS process (B, spawned by A) enqueues into the same file when A tells it
  *   to (IPC, one job per sample, A paces). Latency = A's handler time − B's
  *   time right after its enqueue committed, on the clock
  *   `performance.timeOrigin + performance.now()` in both processes.
- *   Raw baseline: A polls a raw claim statement on a 1 ms `setTimeout` loop,
- *   B does a raw INSERT ("raw polling at 1 ms").
+ *   Raw baseline: A reads `PRAGMA data_version` on a 1 ms `setTimeout` loop
+ *   and claims when it moved, B does a raw INSERT ("raw polling at 1 ms");
+ *   plainjob: its worker in A, `queue.add` in B.
  * - `idle-cpu`: a process with a store and a worker waiting in `process`,
  *   nothing enqueued: `process.cpuUsage()` over 10 s of wall time, as percent
  *   of one core. Baseline: the raw 1 ms poller, idle.
