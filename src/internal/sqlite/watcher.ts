@@ -26,8 +26,15 @@ export interface WatcherOptions {
   readonly ownDataVersion?: (() => number | undefined) | undefined
 }
 
-/** How long an event that found no new commit keeps looking on every turn of the event loop. */
-const SPIN_MILLIS = 1
+/**
+ * How many turns of the event loop an event that found no new commit keeps
+ * looking (a few µs each). Bounded by turns, not time: on a busy two-core
+ * machine a longer spin takes the CPU from the very writer it waits for
+ * (1 ms of spinning made the other process's enqueue 0.25 → 1.1 ms).
+ */
+const SPIN_TURNS = 32
+/** Events this soon after a look found a new commit are that commit's later writes. */
+const SEEN_MILLIS = 2
 
 /**
  * The store's one cross-process change feed for SQLite: a second, read-only
@@ -87,25 +94,29 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         // A WAL write is seen before the commit that makes it visible (the
         // wal-index in shared memory moves last, without an event), and a
         // waiting process reads the event within microseconds, so the first
-        // look often finds nothing new. It looks again on the next turns of
-        // the event loop (`setImmediate`, a few µs each) for `SPIN_MILLIS` —
-        // a commit is visible tens of µs after its last WAL write — then on
-        // 1 ms timers a few times. (Timers alone put half the cross-process
-        // wakes a whole timer tick, 1–1.5 ms, behind the commit.) The
-        // immediate stays referenced: an unreferenced one does not keep the
-        // poll phase from blocking, and would wait for the next timer.
+        // look often finds nothing new. It looks again on the next
+        // `SPIN_TURNS` turns of the event loop (`setImmediate`) — a commit is
+        // visible tens of µs after its last WAL write — then on 1 ms timers a
+        // few times. (Timers alone put half the cross-process wakes a whole
+        // timer tick, 1–1.5 ms, behind the commit.) The immediate stays
+        // referenced: an unreferenced one does not keep the poll phase from
+        // blocking, and would wait for the next timer.
         let followUps = 0
         let followUp: NodeJS.Timeout | undefined
         let spin: NodeJS.Immediate | undefined
-        let spinUntil = 0
+        let spins = 0
+        let seenAt = Number.NEGATIVE_INFINITY
         const onEvent = () => {
           followUp = undefined
           spin = undefined
           if (closed || failed || !waiting) return
           const before = last
           checkVersion()
-          if (last !== before) return
-          if (performance.now() < spinUntil) spin = setImmediate(onEvent)
+          if (last !== before) {
+            seenAt = performance.now()
+            return
+          }
+          if (spins-- > 0) spin = setImmediate(onEvent)
           else if (followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
         }
         // The watch runs only while somebody waits (and a second after): every
@@ -129,7 +140,10 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
               // Commits write the WAL; writes to the database file itself are checkpoints.
               if (failed || (name === base && event !== "rename")) return
               followUps = 5
-              spinUntil = performance.now() + SPIN_MILLIS
+              // The later writes of a commit just seen do not spin: each look takes
+              // a read lock, and a writer restarting the WAL waits out readers.
+              const at = performance.now()
+              spins = at - seenAt < SEEN_MILLIS ? 0 : SPIN_TURNS
               if (spin !== undefined) return
               if (followUp !== undefined) clearTimeout(followUp)
               onEvent()
