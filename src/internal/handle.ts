@@ -11,58 +11,34 @@ import type { PayloadCodec } from "./payload.js"
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
 
-/** A stored row as the contract's `Job`, every field built now. */
-const fullJob = <A>(row: JobRow, payload: A, queue: string): Q.Job<A> => ({
-  id: row.id,
-  queue,
-  payload,
-  state: row.state === "scheduled" ? "pending" : row.state,
-  priority: row.priority,
-  runAt: utc(row.run_at),
-  attempts: row.attempts,
-  maxAttempts: row.max_attempts,
-  visibilityTimeout: Duration.millis(row.visibility_timeout),
-  backoffBase: Duration.millis(row.backoff_base),
-  expiresAt: optionalUtc(row.expires_at),
-  claimedUntil: optionalUtc(row.claimed_until),
-  workerId: Option.fromNullable(row.worker_id),
-  createdAt: utc(row.created_at),
-  lastError: Option.fromNullable(row.last_error),
-  diedAt: optionalUtc(row.died_at)
-})
 
 /**
- * A stored row as the contract's `Job`, read through: the payload is a
- * field and the plain fields are read off the row, while the `DateTime`,
- * `Duration` and `Option` fields (a dozen allocations) are built together on
- * the first touch of any of them. A view costs two fields to make, and a
- * batch read for its payloads never builds the rest. `toJSON` gives every
- * field, so a logged or serialized job reads whole.
+ * A claimed row as the contract's `Job`, for `handle.job`: what every
+ * handler reads — the id, the payload, the counters — are plain fields, while
+ * the `DateTime`, `Duration` and `Option` fields (a dozen allocations) are
+ * built together on the first touch of any of them, so a batch read for its
+ * payloads never builds them. Those are getters on the prototype: a spread
+ * copy (`{ ...handle.job }`) has the plain fields only; `toJSON()` gives
+ * the whole job as a plain object.
  */
 class JobView<A> implements Q.Job<A> {
+  readonly id: number
+  readonly state: Q.Job<A>["state"]
+  readonly priority: number
+  readonly attempts: number
+  readonly maxAttempts: number
   readonly #row: JobRow
   #full: Q.Job<A> | undefined
   constructor(row: JobRow, readonly payload: A, readonly queue: string) {
     this.#row = row
-  }
-  get id() {
-    return this.#row.id
-  }
-  get state(): Q.Job<A>["state"] {
-    const state = this.#row.state
-    return state === "scheduled" ? "pending" : state
-  }
-  get priority() {
-    return this.#row.priority
-  }
-  get attempts() {
-    return this.#row.attempts
-  }
-  get maxAttempts() {
-    return this.#row.max_attempts
+    this.id = row.id
+    this.state = row.state === "scheduled" ? "pending" : row.state
+    this.priority = row.priority
+    this.attempts = row.attempts
+    this.maxAttempts = row.max_attempts
   }
   toJSON(): Q.Job<A> {
-    return (this.#full ??= fullJob(this.#row, this.payload, this.queue))
+    return (this.#full ??= toJob(this.#row, this.payload, this.queue))
   }
   get runAt() {
     return this.toJSON().runAt
@@ -94,13 +70,30 @@ class JobView<A> implements Q.Job<A> {
 }
 
 /**
- * A stored row as the contract's `Job`. `queue` is the caller's own name
- * where it has one: a name read back from storage is used only because
- * names are well-formed (checked at every entry point), so it is the same
- * string that was written.
+ * A stored row as the contract's `Job`, every field built now (a plain
+ * object: inspection reads few rows, and callers spread it). `queue` is the
+ * caller's own name where it has one: a name read back from storage is used
+ * only because names are well-formed (checked at every entry point), so it
+ * is the same string that was written.
  */
-export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> =>
-  new JobView(row, payload, queue)
+export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> => ({
+  id: row.id,
+  queue,
+  payload,
+  state: row.state === "scheduled" ? "pending" : row.state,
+  priority: row.priority,
+  runAt: utc(row.run_at),
+  attempts: row.attempts,
+  maxAttempts: row.max_attempts,
+  visibilityTimeout: Duration.millis(row.visibility_timeout),
+  backoffBase: Duration.millis(row.backoff_base),
+  expiresAt: optionalUtc(row.expires_at),
+  claimedUntil: optionalUtc(row.claimed_until),
+  workerId: Option.fromNullable(row.worker_id),
+  createdAt: utc(row.created_at),
+  lastError: Option.fromNullable(row.last_error),
+  diedAt: optionalUtc(row.died_at)
+})
 
 /** A stored row as a `Job` whose payload is read as stored (JSON). */
 export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
@@ -153,7 +146,7 @@ export const makeHandles = <A>(
       this.fence = { id: row.id, token: row.claim_token }
     }
     get job(): Q.Job<A> {
-      if (this.view === undefined) this.view = toJob(this.row, this.payload, queueName)
+      if (this.view === undefined) this.view = new JobView(this.row, this.payload, queueName)
       return this.view
     }
     get ack() {
