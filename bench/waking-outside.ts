@@ -21,6 +21,7 @@
 import { rmSync } from "node:fs"
 import { Worker } from "node:worker_threads"
 import {
+  alkWorker,
   arrivals,
   clock,
   openAlkstore,
@@ -29,7 +30,6 @@ import {
   rawDrain,
   rawPoller,
   sleep,
-  WORKER,
   type WakeResult,
   type WakeSettings,
   type WakeSide
@@ -103,13 +103,10 @@ const missedNote = (missed: number, s: WakeSettings) =>
   missed > 0 ? [`${missed} samples not delivered within ${s.sampleTimeoutMs} ms`] : []
 
 const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> => {
-  const { Effect, Fiber, rt, q } = await openAlkstore(file)
+  const store = await openAlkstore(file)
+  const { Fiber, rt, q } = store
   const a = arrivals(s.sampleTimeoutMs)
-  const worker = rt.runFork(q.process(WORKER, (job) => {
-    const at = clock() // the handler's first line
-    a.seen((job.payload as { n: number }).n, at)
-    return Effect.void
-  }, { concurrency: 1 }))
+  const worker = alkWorker(store, a.seen)
   await sleep(SETTLE_MS)
   try {
     const total = s.warmup + s.samples

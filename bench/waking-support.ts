@@ -138,6 +138,14 @@ export const openAlkstore = async (file: string) => {
   return { ...effect, rt, q }
 }
 
+/** A worker waiting in `process` (concurrency 1) whose handler reports each job's `n` on its first line. */
+export const alkWorker = (store: Awaited<ReturnType<typeof openAlkstore>>, seen: (n: number, at: number) => void) =>
+  store.rt.runFork(store.q.process(WORKER, (job) => {
+    const at = clock() // the handler's first line
+    seen((job.payload as { n: number }).n, at)
+    return store.Effect.void
+  }, { concurrency: 1 }))
+
 /** plainjob on its own better-sqlite3 connection (the root build, as in the throughput bench). */
 export const openPlainjob = async (file: string) => {
   const { default: Database } = await import("better-sqlite3")

@@ -35,6 +35,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { runOutside } from "./waking-outside.js"
 import {
+  alkWorker,
   arrivals,
   clock,
   clockSkew,
@@ -303,13 +304,10 @@ const driveCrossProcess = async (
 }
 
 const alkCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
-  const { Effect, Fiber, rt, q } = await openAlkstore(file)
+  const store = await openAlkstore(file)
+  const { Fiber, rt } = store
   const a = arrivals(s.sampleTimeoutMs)
-  const worker = rt.runFork(q.process(WORKER, (job) => {
-    const t = clock() // the handler's first line
-    a.seen((job.payload as { n: number }).n, t)
-    return Effect.void
-  }, { concurrency: 1 }))
+  const worker = alkWorker(store, a.seen)
   await sleep(SETTLE_MS)
   try {
     return await driveCrossProcess("alkstore", file, s, a.handlerAt, a.waitFor)
