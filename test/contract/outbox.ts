@@ -17,10 +17,7 @@ class DeliveryFailed extends Data.TaggedError("DeliveryFailed")<{ readonly statu
 /** The rows of an outbox's backing queue. */
 const backingRows = (name: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql.unsafe<{ id: number; state: string }>(
-      `SELECT id, state FROM __alkstore_jobs WHERE queue = ? ORDER BY id`,
-      [`__alkstore_outbox:${name}`]
-    ))
+    sql<{ id: number; state: string }>`SELECT id, state FROM __alkstore_jobs WHERE queue = ${`__alkstore_outbox:${name}`} ORDER BY id`)
 
 const webhooks = Effect.flatMap(Outbox.Outbox, (outboxes) => outboxes.outbox("webhooks"))
 
@@ -104,7 +101,7 @@ export const outboxContract = (engine: EngineUnderTest) =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const box = yield* webhooks
-        yield* sql`CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)`
+        yield* sql`CREATE TABLE orders (item TEXT NOT NULL)`
 
         const failed = yield* Effect.flip(sql.withTransaction(Effect.gen(function*() {
           yield* sql`INSERT INTO orders (item) VALUES (${"lost"})`

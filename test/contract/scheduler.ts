@@ -26,14 +26,14 @@ export const countRows = (table: string) =>
 export const firedAt = (queue: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql.unsafe<{ run_at: number }>(`SELECT run_at FROM __alkstore_jobs WHERE queue = ? ORDER BY run_at, id`, [queue]),
+      sql<{ run_at: number }>`SELECT run_at FROM __alkstore_jobs WHERE queue = ${queue} ORDER BY run_at, id`,
       (rows) => rows.map((row) => Number(row.run_at))
     ))
 
 export const nextFireAtOf = (name: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql.unsafe<{ next_fire_at: number }>(`SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = ?`, [name]),
+      sql<{ next_fire_at: number }>`SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = ${name}`,
       (rows) => Number(rows[0]!.next_fire_at)
     ))
 
@@ -439,10 +439,8 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const sql = yield* SqlClient.SqlClient
           yield* scheduler.schedule("tick", "@every 1s", "nothing", {})
           // another process leads (the reserved name is unreachable through Locks)
-          yield* sql.unsafe(
-            `INSERT INTO __alkstore_locks (name, owner, token, expires_at) VALUES ('__alkstore_scheduler', 'elsewhere', 7, ?)`,
-            [10 * minute]
-          )
+          yield* sql`INSERT INTO __alkstore_locks (name, owner, token, expires_at)
+            VALUES ('__alkstore_scheduler', 'elsewhere', 7, ${10 * minute})`
           yield* TestClock.adjust("5 seconds")
           const exit = yield* Effect.exit(scheduler.runSchedules)
           expect(Exit.isFailure(exit)).toBe(true)
@@ -620,10 +618,8 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const sql = yield* SqlClient.SqlClient
           yield* scheduler.schedule("tick", "@every 1m", "fleet", {})
           // a crashed leader elsewhere: its lease lapses after 10 s
-          yield* sql.unsafe(
-            `INSERT INTO __alkstore_locks (name, owner, token, expires_at) VALUES ('__alkstore_scheduler', 'crashed', 1, ?)`,
-            [10 * second]
-          )
+          yield* sql`INSERT INTO __alkstore_locks (name, owner, token, expires_at)
+            VALUES ('__alkstore_scheduler', 'crashed', 1, ${10 * second})`
           const standby = yield* Effect.fork(scheduler.runAsStandby)
           yield* settle
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe("crashed")
@@ -633,10 +629,8 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(mine.token).toBe(2)
 
           // a thief takes over; the standby loses, waits, and leads again once the thief's lease lapses
-          yield* sql.unsafe(
-            `UPDATE __alkstore_locks SET owner = 'thief', token = token + 1, expires_at = ? WHERE name = '__alkstore_scheduler'`,
-            [50 * second]
-          )
+          yield* sql`UPDATE __alkstore_locks SET owner = 'thief', token = token + 1, expires_at = ${50 * second}
+            WHERE name = '__alkstore_scheduler'`
           yield* TestClock.adjust("10 seconds")
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe("thief")
           yield* TestClock.adjust("30 seconds")
