@@ -295,7 +295,8 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
         })))
     })
 
-    describe("query plan", () => {
+    // SQLite's EXPLAIN QUERY PLAN; the PostgreSQL claim has its own EXPLAIN test (test/pg-claim-plan.test.ts).
+    if (engine.capabilities.sqliteFile) describe("query plan", () => {
       it.effect("the claim reads the partial pending index and never scans the table", () =>
         run(Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient

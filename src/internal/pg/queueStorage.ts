@@ -56,13 +56,16 @@ export const queueStatements = (s: string, n: Notifier) => {
     promoteDue: `UPDATE ${jobs} SET state = 'pending' WHERE id IN (
         SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
         ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED)`,
-    claim: `WITH candidates AS MATERIALIZED (
-        (SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
-          ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-        UNION ALL
-        (SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
-          ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-      ), picked AS (SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT $4)
+    claim: `WITH pending AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), lapsed AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), picked AS (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4
+      )
       ${claimSet} FROM picked WHERE j.id = picked.id RETURNING ${jobColumns("j")}`,
     anyClaimable: `SELECT EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1 AND state = 'pending')
         OR EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint)
