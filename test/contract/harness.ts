@@ -7,6 +7,7 @@ import type { SqlClient } from "@effect/sql"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Effect, Layer, Redacted } from "effect"
 import Pg from "pg"
+import { pgTestTypes } from "../fixtures/types.js"
 import { afterAll, inject } from "vitest"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -124,16 +125,13 @@ export const pgSchemaFor = (filename: string = freshFile()) => {
 
 /**
  * The contract tests read engine tables with plain SQL (`__alkstore_jobs`):
- * the test connection's search_path starts at the store's schema. Counts
- * (`bigint`) come back as numbers and `json` as its text, as SQLite gives them.
+ * the test connection's search_path starts at the store's schema.
  */
-export const pgTestTypes: Pg.CustomTypesConfig = {
-  getTypeParser: ((oid: number, format?: "text" | "binary") => {
-    if (oid === 20) return (value: string) => Number(value)
-    if (oid === 114) return (value: string) => value
-    return Pg.types.getTypeParser(oid, format as "text")
-  }) as Pg.CustomTypesConfig["getTypeParser"]
-}
+export { pgTestTypes }
+
+/** A child process's database argument (test/fixtures/store.ts) for the schema `filename` names. */
+export const pgChildDatabase = async (filename: string) =>
+  `pg:${pgSchemaFor(filename)}:${urlWith(await pgDatabaseUrl(), { searchPath: `${pgSchemaFor(filename)},public` })}`
 
 const pgSettings = (settings: TestStoreSettings): PgStore.StoreSettings => {
   const { busyPatience: _b, filename: _f, watchInterval: _w, ...rest } = settings
