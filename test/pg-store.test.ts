@@ -102,7 +102,7 @@ describe("PgStore", () => {
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const queue = yield* queueOf("exact")
-      const payload = { b: 1, a: [1.5, -0, 1e21], "\u0000": "nul\u0000", emoji: "🦀", "": null, nested: { z: 1, y: 2 } }
+      const payload = { b: 1, a: [1.5, 0, 1e21, -2.5e-7], "\u0000": "nul\u0000", emoji: "🦀", "": null, nested: { z: 1, y: 2 } }
       const id = yield* queue.enqueue(payload)
       const [row] = yield* sql<{ payload: string }>`SELECT payload::text AS payload FROM __alkstore_jobs WHERE id = ${id}`
       expect(row!.payload).toBe(JSON.stringify(payload))
