@@ -133,8 +133,8 @@ export interface Queue<A = unknown> {
     n: number
   ) => Effect.Effect<ReadonlyArray<JobHandle<A>>, InvalidOptions | SqlError>
   /**
-   * Acks many claims of this queue in one transaction (a `claimBatch`, or a
-   * chunk of a `stream`): for each handle, in order, whether its claim still
+   * Acks many claims of this queue in one transaction (a `claimBatch`, or
+   * handles of a `stream` gathered with `Stream.groupedWithin`): for each handle, in order, whether its claim still
    * owned the job — `handle.ack` for each, one commit for all. A handle
    * claimed from another queue is an `InvalidOptions` (`"handles"`), and
    * nothing is acked.

@@ -3,6 +3,7 @@
  * election and a transactional outbox, inside the application's own
  * database, as Effect services.
  */
+export * as Admin from "./Admin.js"
 export * as Locks from "./Locks.js"
 export * as Outbox from "./Outbox.js"
 export * as PgStore from "./PgStore.js"

@@ -138,6 +138,8 @@ export interface LockStorage {
   readonly release: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
   /** Whether `owner` holds `name` with `token` at `now` (the scheduler's fence). */
   readonly holds: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
+  /** Whether anybody holds `name` at `now`: a read, so a standby can watch a lease without writing. */
+  readonly held: (name: string, now: number) => Effect.Effect<boolean, SqlError>
 }
 
 /** A registered schedule as storage keeps it. */
@@ -176,6 +178,55 @@ export interface ScheduleStorage {
   readonly nextFireAt: Effect.Effect<Option.Option<number>, SqlError>
 }
 
+/** A queue's depths as the operator's overview reads them (one row per queue that has jobs). */
+export interface QueueDepthRow {
+  readonly queue: string
+  /** Due now (pending, plus scheduled rows whose `run_at` has passed). */
+  readonly pending: number
+  readonly scheduled: number
+  readonly claimed: number
+  readonly dead: number
+  readonly oldest_pending_run_at: number | null
+}
+
+/** A lock row as stored; a lapsed or released lock keeps its row (and its token). */
+export interface LockInfoRow {
+  readonly name: string
+  readonly owner: string
+  readonly token: number
+  readonly expires_at: number
+}
+
+/** What the operator's job listing filters by; `beforeId` pages from newest to oldest. */
+export interface JobFilter {
+  readonly queue: string | undefined
+  readonly state: JobRow["state"] | undefined
+  readonly limit: number
+  readonly beforeId: number | undefined
+}
+
+/**
+ * The operator's reads (CLI, dashboard) that the public Queue API lacks:
+ * across queues, by id alone, and the locks and schedules as stored. Reads
+ * only; repairs go through the queue mechanism's own operations.
+ */
+export interface AdminStorage {
+  /** Every queue with jobs, by name; `now` splits scheduled from due. */
+  readonly queueDepths: (now: number) => Effect.Effect<ReadonlyArray<QueueDepthRow>, SqlError>
+  /** Jobs matching `filter`, newest id first. `scheduled` means not yet due at `now`. */
+  readonly jobs: (filter: JobFilter, now: number) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
+  /** The job with this id, in whichever queue. */
+  readonly job: (id: number, now: number) => Effect.Effect<Option.Option<JobRow>, SqlError>
+  /** Every lock row, by name. */
+  readonly locks: Effect.Effect<ReadonlyArray<LockInfoRow>, SqlError>
+  /** Every registered schedule, by name. */
+  readonly schedules: Effect.Effect<ReadonlyArray<ScheduleRow>, SqlError>
+  /** The highest job id ever assigned (0 for none): with the live count, a store-wide rate of enqueues and completions. */
+  readonly lastJobId: Effect.Effect<number, SqlError>
+  /** The engine's applied migrations, in order (`<id>_<name>`). */
+  readonly migrations: Effect.Effect<ReadonlyArray<string>, SqlError>
+}
+
 export interface EngineSettings {
   /** Dead rows older than this are purged by maintenance. */
   readonly deadRetentionMillis: number
@@ -201,6 +252,7 @@ export interface EngineShape {
   readonly queues: QueueStorage
   readonly locks: LockStorage
   readonly schedules: ScheduleStorage
+  readonly admin: AdminStorage
   /** A write transaction (SQLite: `BEGIN IMMEDIATE`), or a savepoint inside one. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   /**

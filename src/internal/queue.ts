@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
+import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -66,34 +66,47 @@ export const makeQueue = <A>(
   /**
    * Claims up to `n`, waiting while there is nothing. Only the wait is
    * interruptible (`restore`): a claim that took rows always returns them.
+   * Each round holds its ticket only while it runs, so a round that fails
+   * (a storage error after the ticket was taken) leaves none behind.
    */
   const takeUpTo = (
     workerId: string,
     n: number,
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
-  ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
-    Effect.gen(function*() {
-      let reason: WakeReason = "changed"
-      while (true) {
-        const ticket = engine.wake.ticket(name)
-        const at = yield* now
-        // A signal from this process means work is there: claim at once. Any
-        // other wake asks with a read first, so idle waiters never write.
-        const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
-        const handles = look ? yield* claimUpTo(workerId, n) : []
-        if (handles.length > 0) {
-          ticket.cancel()
-          engine.wake.signal(name, 1) // pass the baton: there may be more
-          return handles
-        }
-        const deadline = yield* storage.nextDeadline(name, at)
-        const wakeAfter = Option.match(deadline, {
-          onNone: () => engine.settings.fallbackPollMillis,
-          onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
-        })
-        reason = yield* restore(ticket.wait(wakeAfter))
-      }
-    })
+  ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
+    const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
+      Effect.flatMap(
+        engine.wake.withTicket(name, (ticket) =>
+          Effect.gen(function*() {
+            const at = yield* now
+            // A signal from this process means work is there: claim at once. Any
+            // other wake asks with a read first, so idle waiters never write.
+            const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
+            const handles = look ? yield* claimUpTo(workerId, n) : []
+            if (handles.length > 0) {
+              ticket.cancel()
+              engine.wake.signal(name, 1) // pass the baton: there may be more
+              return handles
+            }
+            const deadline = yield* storage.nextDeadline(name, at)
+            const wakeAfter = Option.match(deadline, {
+              onNone: () => engine.settings.fallbackPollMillis,
+              onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
+            })
+            return yield* restore(ticket.wait(wakeAfter))
+          })),
+        (outcome) => typeof outcome === "string" ? round(outcome) : Effect.succeed(outcome)
+      )
+    return round("changed")
+  }
+
+  /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
+  const releaseUnhanded = (handles: ReadonlyArray<ClaimHandle<A>>) =>
+    handles.length === 0 ? Effect.void : engine.transaction(Effect.forEach(handles, (handle) => handle.release, { discard: true })).pipe(
+      Effect.catchAll((error) =>
+        Effect.logWarning(`alkstore: releasing ${handles.length} unconsumed claims of ${name} failed; they return when their lease lapses`, error)
+      )
+    )
 
   const nextOf = (rows: ReadonlyArray<JobRow>, at: number) =>
     Effect.map(toHandles(rows, at), ({ handles }) => Option.fromNullable(handles[0]))
@@ -114,13 +127,20 @@ export const makeQueue = <A>(
       return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ rows }) => nextOf(rows, at))
     })
 
+  /**
+   * Runs `effect` with its claim's lease extended every third of the
+   * visibility timeout until it ends. The beat is a raced fiber that must be
+   * interruptible whatever the caller's region (a worker runs under
+   * `uninterruptibleMask`): else the race could never stop it when `effect`
+   * ends, and the worker would hang on a lease renewed forever.
+   */
   const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
     const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
     const beat = handle.heartbeat().pipe(
       Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
       Effect.ignore
     )
-    return Effect.raceFirst(effect, Effect.zipRight(Effect.delay(beat, every), Effect.never))
+    return Effect.raceFirst(effect, Effect.interruptible(Effect.zipRight(Effect.delay(beat, every), Effect.never)))
   }
 
   const process = <E, R>(
@@ -134,9 +154,12 @@ export const makeQueue = <A>(
       const worker = Effect.uninterruptibleMask((restore) => {
         // Runs one claim; after a success, acks it and claims the next in one transaction.
         const runOne = (handle: ClaimHandle<A>): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
-          const run = restore(Effect.suspend(() => handler(handle.job, handle)))
+          // The handler, with its heartbeat when asked, runs interruptible: the worker's
+          // interruption reaches it (and the beat) and its claim is then released.
+          const work = Effect.suspend(() => handler(handle.job, handle))
+          const run = restore(opts?.heartbeat === true ? withHeartbeat(handle, work) : work)
           return Effect.flatMap(
-            Effect.exit(opts?.heartbeat === true ? withHeartbeat(handle, run) : run),
+            Effect.exit(run),
             (exit) => Exit.isSuccess(exit) ? ackThenClaim(handle, workerId) : Effect.as(settle(handle, exit), Option.none())
           )
         }
@@ -255,13 +278,29 @@ export const makeQueue = <A>(
         checkWorker(workerId),
         Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!))
       ),
+    // A batch is claimed in one round trip but handed on one handle at a time: whatever ends the stream
+    // (a `Stream.take`, interruption, a failure downstream), the claims it never handed on are released.
     stream: (workerId, opts) =>
-      Stream.unwrap(Effect.gen(function*() {
+      Stream.unwrapScoped(Effect.gen(function*() {
         yield* checkWorker(workerId)
         const batch = yield* positiveCount("batch", opts?.batch ?? 1)
-        return Stream.repeatEffect(
-          Effect.uninterruptibleMask((restore) => takeUpTo(workerId, batch, restore))
-        ).pipe(Stream.flattenIterables)
+        let held: ReadonlyArray<ClaimHandle<A>> = []
+        let handed = 0
+        yield* Effect.addFinalizer(() => releaseUnhanded(held.slice(handed)))
+        const claimBatch = Effect.uninterruptibleMask((restore) =>
+          Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
+            held = handles
+            handed = 0
+          })
+        )
+        // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
+        const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
+          Channel.suspend(() =>
+            handed < held.length
+              ? Channel.flatMap(Channel.write(Chunk.of(held[handed++]!)), emit)
+              : Channel.flatMap(claimBatch, emit)
+          )
+        return Stream.fromChannel(emit())
       })),
     process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),

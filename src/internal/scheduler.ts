@@ -1,6 +1,7 @@
-import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as S from "../Scheduler.js"
-import { LeadershipLost } from "../StoreError.js"
+import { type DatabaseReplaced, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
 import { optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
@@ -13,7 +14,7 @@ import { dueBoundaries, parseEvery } from "./spec.js"
 export const registrationsTopic = "__alkstore_scheduler_tasks"
 export const leadershipTopic = "__alkstore_scheduler"
 
-const toSchedule = (row: ScheduleRow): S.Schedule => ({
+export const toSchedule = (row: ScheduleRow): S.Schedule => ({
   name: row.name,
   spec: row.spec,
   interval: Duration.millis(row.interval_ms),
@@ -106,32 +107,34 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
     return { now, next, due: Option.exists(next, (at) => at <= now) }
   })
 
-  /** Ticks until the lease is found gone; each wait ends at the next boundary, maintenance, or a change. */
+  /**
+   * Ticks until the lease is found gone; each wait ends at the next boundary,
+   * maintenance, or a change. Each round holds its registrations ticket only
+   * while it runs, so a failed tick leaves none behind.
+   */
   const lead = (owner: string, token: number) =>
     Effect.gen(function*() {
       let maintenanceAt = yield* Clock.currentTimeMillis
       let first = true
-      while (true) {
-        const ticket = engine.wake.ticket(registrationsTopic)
-        const peeked = first ? undefined : yield* peek
-        first = false
-        const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
-        if (result === undefined) {
-          ticket.cancel()
-          return yield* new LeadershipLost({ owner })
-        }
-        if (result.now >= maintenanceAt) {
-          const at = yield* Clock.currentTimeMillis
-          yield* engine.queues.maintenance(at, at - settings.deadRetentionMillis)
-          maintenanceAt = result.now + settings.maintenanceEveryMillis
-        }
-        const wakeAt = Math.min(
-          Option.getOrElse(result.next, () => Infinity),
-          maintenanceAt,
-          result.now + settings.fallbackPollMillis
-        )
-        yield* ticket.wait(wakeAt - result.now)
-      }
+      const round = engine.wake.withTicket(registrationsTopic, (ticket) =>
+        Effect.gen(function*() {
+          const peeked = first ? undefined : yield* peek
+          first = false
+          const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
+          if (result === undefined) return yield* new LeadershipLost({ owner })
+          if (result.now >= maintenanceAt) {
+            const at = yield* Clock.currentTimeMillis
+            yield* engine.queues.maintenance(at, at - settings.deadRetentionMillis)
+            maintenanceAt = result.now + settings.maintenanceEveryMillis
+          }
+          const wakeAt = Math.min(
+            Option.getOrElse(result.next, () => Infinity),
+            maintenanceAt,
+            result.now + settings.fallbackPollMillis
+          )
+          yield* ticket.wait(wakeAt - result.now)
+        }))
+      return yield* Effect.forever(round)
     })
 
   const runSchedules: S.SchedulerShape["runSchedules"] = Effect.suspend(() => {
@@ -165,13 +168,49 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
     )
   }).pipe(Effect.withSpan("Scheduler.runSchedules")) as S.SchedulerShape["runSchedules"]
 
-  const runAsStandby: S.SchedulerShape["runAsStandby"] = Effect.gen(function*() {
-    while (true) {
-      const ticket = engine.wake.ticket(leadershipTopic)
-      yield* Effect.catchTag(runSchedules, "LeadershipLost", () => Effect.void)
-      yield* ticket.wait(settings.leaderTtlMillis / 2)
-    }
-  })
+  const halfTtl = Math.max(1, Math.floor(settings.leaderTtlMillis / 2))
+
+  /**
+   * Until it is this standby's turn to try again: half a lease TTL after its
+   * last try, or at once when a leader releases. A release in this process
+   * signals; another process's commit only wakes it to read the lease (a
+   * read, never a write), so a busy fleet costs a standby no writes.
+   */
+  const awaitTurn = (deadline: number): Effect.Effect<void, DatabaseReplaced | SqlError> =>
+    Effect.flatMap(
+      engine.wake.withTicket(leadershipTopic, (ticket) =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          if (now >= deadline || !(yield* engine.locks.held(schedulerLockName, now))) return "now" as const
+          return yield* ticket.wait(deadline - now)
+        })),
+      (woken) => (woken === "changed" ? awaitTurn(deadline) : Effect.void)
+    )
+
+  /**
+   * Transient storage errors (busy past its patience, a dropped connection)
+   * are retried on this schedule: quickly at first, never less often than a
+   * standby tries anyway.
+   */
+  const transientRetry = Schedule.exponential(Duration.millis(Math.min(100, halfTtl)), 2).pipe(
+    Schedule.union(Schedule.spaced(Duration.millis(halfTtl))),
+    // a failure after a long, healthy stretch (leading, say) starts again from the quick end
+    Schedule.resetAfter(Duration.millis(settings.leaderTtlMillis))
+  )
+
+  /**
+   * Try to lead, lead until the lease is lost, wait for the next turn;
+   * forever. Only a storage failure that cannot heal (`DatabaseReplaced`)
+   * ends it; a `SqlError` is logged and the try repeated on `transientRetry`.
+   */
+  const runAsStandby: S.SchedulerShape["runAsStandby"] = Effect.catchTag(runSchedules, "LeadershipLost", () => Effect.void).pipe(
+    Effect.zipRight(Effect.flatMap(Clock.currentTimeMillis, (now) => awaitTurn(now + halfTtl))),
+    Effect.tapErrorTag("SqlError", (error) =>
+      Effect.logWarning("alkstore: the scheduler standby met a storage error; it tries again", error)),
+    Effect.retry({ schedule: transientRetry, while: (error) => error._tag === "SqlError" }),
+    Effect.forever,
+    Effect.withSpan("Scheduler.runAsStandby")
+  )
 
   return { schedule, unschedule, runSchedules, runAsStandby }
 })

@@ -4,7 +4,10 @@ import type { DatabaseReplaced } from "../StoreError.js"
 /**
  * In-process wake signals, one topic per queue (plus the scheduler's). A
  * waiter registers a ticket *before* it re-reads the database and then awaits
- * it, so a signal between the read and the wait is never lost.
+ * it, so a signal between the read and the wait is never lost. A ticket only
+ * exists inside `withTicket`, which gives it back however its use ends: a
+ * waiter that failed (a storage error between the read and the wait) or was
+ * interrupted leaves no ticket behind to absorb a signal meant for a live one.
  *
  * `signal(topic, n)` wakes the n longest-waiting tickets of a topic: n jobs
  * committed wake at most n workers, so idle workers do not stampede the
@@ -17,7 +20,8 @@ import type { DatabaseReplaced } from "../StoreError.js"
 export interface WakeHub {
   readonly signal: (topic: string, count?: number) => void
   readonly signalAll: () => void
-  readonly ticket: (topic: string) => Ticket
+  /** Runs `use` with a ticket of `topic` registered, and gives it back when `use` ends, whatever ends it. */
+  readonly withTicket: <A, E, R>(topic: string, use: (ticket: Ticket) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   readonly fail: (error: DatabaseReplaced) => void
   readonly onWaiting: (listener: (waiting: boolean) => void) => void
 }
@@ -63,6 +67,48 @@ export const makeWakeHub = (): WakeHub => {
     if (tickets.size === 0) topics.delete(topic)
   }
 
+  const ticket = (topic: string): Ticket => {
+    if (failure !== undefined) {
+      const replaced = failure
+      return { wait: () => Effect.fail(replaced), cancel: () => {} }
+    }
+    const deferred = Deferred.unsafeMake<WakeReason, DatabaseReplaced>(FiberId.none)
+    let tickets = topics.get(topic)
+    if (tickets === undefined) {
+      tickets = new Set()
+      topics.set(topic, tickets)
+    }
+    tickets.add(deferred)
+    const cancel = () => {
+      const current = topics.get(topic)
+      if (current?.delete(deferred) === true && current.size === 0) topics.delete(topic)
+    }
+    // The deadline is a forked sleep that completes the same deferred: the
+    // wake path then interrupts it without waiting (no race to tear down).
+    const timer = (millis: number) =>
+      Effect.zipRight(
+        Effect.sleep(Duration.millis(Math.max(0, millis))),
+        Effect.sync(() => Deferred.unsafeDone(deferred, Exit.succeed<WakeReason>("timeout")))
+      )
+    return {
+      wait: (millis) =>
+        Effect.acquireUseRelease(
+          Effect.sync(() => track(1)),
+          () =>
+            Effect.flatMap(
+              Effect.fork(timer(millis)),
+              (sleeper) => Effect.ensuring(Deferred.await(deferred), Fiber.interruptFork(sleeper))
+            ),
+          () =>
+            Effect.sync(() => {
+              track(-1)
+              cancel()
+            })
+        ),
+      cancel
+    }
+  }
+
   return {
     signal: (topic, count = 1) => wake(topic, count, "signalled"),
     signalAll: () => {
@@ -72,47 +118,8 @@ export const makeWakeHub = (): WakeHub => {
       failure = error
       for (const topic of [...topics.keys()]) wake(topic, Number.MAX_SAFE_INTEGER, "changed")
     },
-    ticket: (topic) => {
-      if (failure !== undefined) {
-        const replaced = failure
-        return { wait: () => Effect.fail(replaced), cancel: () => {} }
-      }
-      const deferred = Deferred.unsafeMake<WakeReason, DatabaseReplaced>(FiberId.none)
-      let tickets = topics.get(topic)
-      if (tickets === undefined) {
-        tickets = new Set()
-        topics.set(topic, tickets)
-      }
-      tickets.add(deferred)
-      const cancel = () => {
-        const current = topics.get(topic)
-        if (current?.delete(deferred) === true && current.size === 0) topics.delete(topic)
-      }
-      // The deadline is a forked sleep that completes the same deferred: the
-      // wake path then interrupts it without waiting (no race to tear down).
-      const timer = (millis: number) =>
-        Effect.zipRight(
-          Effect.sleep(Duration.millis(Math.max(0, millis))),
-          Effect.sync(() => Deferred.unsafeDone(deferred, Exit.succeed<WakeReason>("timeout")))
-        )
-      return {
-        wait: (millis) =>
-          Effect.acquireUseRelease(
-            Effect.sync(() => track(1)),
-            () =>
-              Effect.flatMap(
-                Effect.fork(timer(millis)),
-                (sleeper) => Effect.ensuring(Deferred.await(deferred), Fiber.interruptFork(sleeper))
-              ),
-            () =>
-              Effect.sync(() => {
-                track(-1)
-                cancel()
-              })
-          ),
-        cancel
-      }
-    },
+    withTicket: (topic, use) =>
+      Effect.acquireUseRelease(Effect.sync(() => ticket(topic)), use, (taken) => Effect.sync(taken.cancel)),
     onWaiting: (listener) => {
       listeners.push(listener)
     }

@@ -4,7 +4,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Data, DateTime, Duration, Effect, Fiber, Option, Queue, TestClock } from "effect"
+import { Data, DateTime, Duration, Effect, Exit, Fiber, Option, Queue, TestClock } from "effect"
 import { Outbox, Queues } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import { countRows } from "./scheduler.js"
@@ -284,4 +284,30 @@ export const outboxContract = (engine: EngineUnderTest) =>
         yield* Fiber.interrupt(failing)
         expect(yield* backingRows("webhooks")).toEqual([])
       }).pipe(Effect.provide(engine.store())))
+
+    it.effect("run with heartbeat delivers one job after another, extending each lease while it is delivered", () =>
+      Effect.gen(function*() {
+        const box = yield* webhooks // 60 s visibility: beats every 20 s
+        // a daemon, so that a worker stuck in its first job fails the assertions below rather than the test's teardown
+        const ids = [yield* box.enqueue({ n: 1 }), yield* box.enqueue({ n: 2 }), yield* box.enqueue({ n: 3 })]
+        const leases: Array<readonly [number, number | undefined]> = []
+        const runner = yield* Effect.forkDaemon(
+          box.run("beating", (job) =>
+            Effect.gen(function*() {
+              yield* Effect.sleep("50 seconds")
+              const until = Option.getOrThrow(yield* box.getJob(job.id)).claimedUntil
+              leases.push([job.id, Option.getOrUndefined(Option.map(until, ms))])
+            }), { heartbeat: true })
+        )
+        for (let i = 0; i < 3; i++) {
+          yield* TestClock.adjust("0 millis")
+          yield* TestClock.adjust("50 seconds")
+        }
+        yield* TestClock.adjust("0 millis")
+        // each claimed at i × 50 s, beaten at +20 s and +40 s: its lease ends 100 s after its claim
+        expect(leases).toEqual(ids.map((id, i) => [id, i * 50 * second + 100 * second]))
+        expect(yield* backingRows("webhooks")).toEqual([])
+        // interruption returns
+        expect(Exit.isInterrupted(yield* Fiber.interrupt(runner))).toBe(true)
+      }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
   })

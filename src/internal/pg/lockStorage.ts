@@ -30,6 +30,8 @@ const statements = (s: string, n: Notifier) => {
         WHERE name = $1 AND owner = $2 AND token = $3::bigint AND expires_at > $4::bigint RETURNING name AS topic)
       SELECT ${n.tail(5)} FROM w`,
     // The scheduler's fence: FOR SHARE holds off a takeover until the tick that checked it commits.
+    // Whether anybody holds the lock: a read, so a standby watches a lease without writing.
+    held: `SELECT 1 FROM ${locks} WHERE name = $1 AND expires_at > $2::bigint`,
     holds: `SELECT 1 FROM ${locks} WHERE name = $1 AND owner = $2 AND token = $3::bigint AND expires_at > $4::bigint
       FOR SHARE`
   } as const
@@ -45,6 +47,7 @@ export const makeLockStorage = (db: PgExecutor, schema: string, notifier: Notifi
       Effect.map(db.all(sql.renew, [expiresAt, name, owner, token, now]), (rows) => rows.length > 0),
     release: (name, owner, token, now) =>
       Effect.map(db.all(sql.release, [name, owner, token, now, ...notifier.params]), (rows) => rows.length > 0),
+    held: (name, now) => Effect.map(db.all(sql.held, [name, now]), (rows) => rows.length > 0),
     holds: (name, owner, token, now) =>
       Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0)
   }

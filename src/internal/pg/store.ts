@@ -5,6 +5,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
 import type Pg from "pg"
+import * as Admin from "../../Admin.js"
 import * as Locks from "../../Locks.js"
 import * as Outbox from "../../Outbox.js"
 import * as Queues from "../../Queues.js"
@@ -17,6 +18,7 @@ import { makeWakeHub } from "../wake.js"
 import { makeDatabaseClock } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
 import { startListener } from "./listener.js"
+import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
 import { migrate } from "./migrations.js"
 import { makeNotifier } from "./notify.js"
@@ -98,7 +100,7 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     }
   })
 
-export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox
+export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
 
 /** The LISTEN connection's settings, from the client's. */
 const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
@@ -167,6 +169,7 @@ export const buildMechanisms = (
       queues: makeQueueStorage(executor, schema, notifier),
       locks: makeLockStorage(executor, schema, notifier),
       schedules: makeScheduleStorage(executor, schema, notifier),
+      admin: makeAdminStorage(executor, schema),
       transaction: executor.transaction,
       signal: makeSignal(executor, wake),
       wake,
@@ -179,7 +182,9 @@ export const buildMechanisms = (
     const locks = yield* build(Locks.Locks, Locks.make)
     const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
     const outbox = yield* build(Outbox.Outbox, Outbox.make)
+    const admin = yield* build(Admin.Admin, Admin.make)
     const mechanisms = Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)).pipe(
+      Context.merge(admin),
       Context.add(StoreActivity, { inFlight: executor.inFlight })
     ) as Context.Context<Mechanisms>
     if (options.clock === "host") return { mechanisms, clock: undefined }

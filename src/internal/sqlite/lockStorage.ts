@@ -26,7 +26,8 @@ const sql = {
     WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
   release: `UPDATE __alkstore_locks SET expires_at = 0
     WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
-  holds: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`
+  holds: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
+  held: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND expires_at > ?`
 } as const
 
 export const makeLockStorage = (db: Executor): LockStorage => ({
@@ -40,5 +41,6 @@ export const makeLockStorage = (db: Executor): LockStorage => ({
   release: (name, owner, token, now) =>
     Effect.map(db.run(sql.release, [name, owner, token, now]), (result) => result.changes > 0),
   holds: (name, owner, token, now) =>
-    Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0)
+    Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0),
+  held: (name, now) => Effect.map(db.all(sql.held, [name, now]), (rows) => rows.length > 0)
 })

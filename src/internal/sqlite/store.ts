@@ -4,6 +4,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as path from "node:path"
+import * as Admin from "../../Admin.js"
 import * as Locks from "../../Locks.js"
 import * as Outbox from "../../Outbox.js"
 import * as Queues from "../../Queues.js"
@@ -14,6 +15,7 @@ import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "
 import { makeWakeHub, type WakeHub } from "../wake.js"
 import { makeOwnedConnection } from "./connection.js"
 import { type Executor, fromClient } from "./executor.js"
+import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
 import { migrate } from "./migrations.js"
 import { makeQueueStorage } from "./queueStorage.js"
@@ -77,7 +79,7 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     }
   })
 
-export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox
+export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
 
 /**
  * Migrates, then builds the engine and every mechanism over `executor`.
@@ -106,6 +108,7 @@ export const buildMechanisms = (
       queues: makeQueueStorage(executor),
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
+      admin: makeAdminStorage(executor),
       transaction: executor.transaction,
       signal: makeCommitSignals(wake.signal),
       wake,
@@ -118,7 +121,8 @@ export const buildMechanisms = (
     const locks = yield* build(Locks.Locks, Locks.make)
     const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
     const outbox = yield* build(Outbox.Outbox, Outbox.make)
-    return Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox))
+    const admin = yield* build(Admin.Admin, Admin.make)
+    return Context.merge(Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)), admin)
   })
 
 export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {

@@ -1,0 +1,200 @@
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as UrlParams from "@effect/platform/UrlParams"
+import { Clock, Data, Effect, Option } from "effect"
+import * as Admin from "../../Admin.js"
+import { parseAge } from "../cli/common.js"
+import { isWellFormed } from "../names.js"
+import type { History } from "./history.js"
+import { type Html, layout, segment } from "./html.js"
+import * as Pages from "./pages.js"
+
+/**
+ * The dashboard's routes. Every request is validated (ids, queue names,
+ * states, limits, notices) before the store is read; writes (requeue, cancel,
+ * purge) are POSTs that answer 403 unless the dashboard was started with
+ * them allowed, and only from its own pages (same origin).
+ */
+
+class HttpFailure extends Data.TaggedError("HttpFailure")<{ readonly status: number; readonly reason: string }> {}
+
+const bad = (reason: string) => new HttpFailure({ status: 400, reason })
+
+export interface DashboardOptions {
+  readonly writes: boolean
+  readonly history: History
+}
+
+const securityHeaders = {
+  // No script at all: the pages are server-rendered HTML and forms.
+  "content-security-policy":
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  "x-content-type-options": "nosniff",
+  // Not no-referrer: under it a browser sends `Origin: null` with the forms' POSTs.
+  "referrer-policy": "same-origin",
+  "x-frame-options": "DENY",
+  "cache-control": "no-store"
+}
+
+const respond = (status: number, body: string) =>
+  HttpServerResponse.text(body, { status, contentType: "text/html; charset=utf-8", headers: securityHeaders })
+
+export const parseId = (raw: string | undefined): Effect.Effect<number, HttpFailure> =>
+  raw !== undefined && /^[1-9][0-9]{0,15}$/.test(raw) && Number.isSafeInteger(Number(raw))
+    ? Effect.succeed(Number(raw))
+    : Effect.fail(bad("a job id is a whole number of at least 1"))
+
+export const parseQueue = (raw: string | undefined): Effect.Effect<string, HttpFailure> =>
+  raw === undefined || raw.length === 0
+    ? Effect.fail(bad("a queue name must not be empty"))
+    : raw.length > 1000
+    ? Effect.fail(bad("a queue name is at most 1000 characters here"))
+    : !isWellFormed(raw)
+    ? Effect.fail(bad("a queue name must be well-formed Unicode"))
+    : Effect.succeed(raw)
+
+const knownParams = new Set(["state", "limit", "queue", "done"])
+
+/** The query string, each parameter at most once and known. */
+const query = Effect.gen(function*() {
+  const request = yield* HttpServerRequest.HttpServerRequest
+  const url = new URL(request.url, "http://dashboard")
+  const seen = new Map<string, string>()
+  for (const [key, value] of url.searchParams) {
+    if (!knownParams.has(key)) return yield* bad(`unknown parameter ${JSON.stringify(key)}`)
+    if (seen.has(key)) return yield* bad(`parameter ${key} given twice`)
+    seen.set(key, value)
+  }
+  const state = seen.get("state")
+  if (state !== undefined && !Admin.jobStates.includes(state as Admin.JobState)) {
+    return yield* bad("state must be pending, scheduled, claimed or dead")
+  }
+  const limitText = seen.get("limit")
+  const limit = limitText === undefined ? 100 : /^[0-9]{1,4}$/.test(limitText) ? Number(limitText) : NaN
+  if (!(limit >= 1 && limit <= 1000)) return yield* bad("limit must be a whole number from 1 to 1000")
+  const done = seen.get("done")
+  if (done !== undefined && !(done in Pages.notices)) return yield* bad("unknown notice")
+  const queue = seen.get("queue")
+  return {
+    state: state as Admin.JobState | undefined,
+    limit,
+    done: done as Pages.Notice | undefined,
+    queue: queue === undefined ? undefined : yield* parseQueue(queue)
+  }
+})
+
+/** A route's page, its failures as error pages (storage errors are 500s and logged). */
+const page = <E extends { readonly _tag: string }, R>(
+  writes: boolean,
+  title: string,
+  body: Effect.Effect<{ readonly title?: string; readonly body: Html; readonly refresh?: number }, E, R>
+) =>
+  body.pipe(
+    Effect.map((p) => respond(200, layout({ writes, title: p.title ?? title, body: p.body, ...(p.refresh === undefined ? {} : { refresh: p.refresh }) }))),
+    Effect.catchAll((error) => failure(writes, error))
+  )
+
+const failure = (writes: boolean, error: { readonly _tag: string }) => {
+  if (error instanceof HttpFailure) {
+    return Effect.succeed(respond(error.status, layout({ writes, title: String(error.status), body: Pages.errorPage(error.status, error.reason) })))
+  }
+  if (["InvalidOptions", "InvalidName", "UsageError"].includes(error._tag)) {
+    const reason = (error as unknown as Error).message
+    return Effect.succeed(respond(400, layout({ writes, title: "400", body: Pages.errorPage(400, reason) })))
+  }
+  return Effect.as(
+    Effect.logError("dashboard: request failed", error),
+    respond(500, layout({ writes, title: "500", body: Pages.errorPage(500, "the store failed to answer; see the dashboard's log") }))
+  )
+}
+
+/** A write: allowed by the flag, and only from this dashboard's own pages. */
+const guardWrite = (writes: boolean) =>
+  Effect.gen(function*() {
+    if (!writes) return yield* new HttpFailure({ status: 403, reason: "this dashboard is read-only (start it with --allow-writes)" })
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const site = request.headers["sec-fetch-site"]
+    const origin = request.headers["origin"]
+    const host = request.headers["host"]
+    // Browsers send Sec-Fetch-Site (a page cannot forge it); Origin is the check for older ones.
+    const crossSite = site !== undefined ? site !== "same-origin" : origin !== undefined && origin !== `http://${host}`
+    if (crossSite) {
+      return yield* new HttpFailure({ status: 403, reason: "writes are accepted from this dashboard's own pages only" })
+    }
+  })
+
+const redirect = (location: string) => HttpServerResponse.empty({ status: 303, headers: { ...securityHeaders, location } })
+
+const outcome = (result: Admin.RepairOutcome, id: number) =>
+  result._tag === "NotFound"
+    ? Effect.fail(new HttpFailure({ status: 404, reason: `no job ${id}` }))
+    : result._tag === "Refused"
+    ? Effect.fail(new HttpFailure({ status: 409, reason: result.reason }))
+    : Effect.succeed(result.job)
+
+/** The dashboard as an HTTP app. */
+export const makeApp = ({ history, writes }: DashboardOptions) =>
+  HttpRouter.empty.pipe(
+    HttpRouter.get("/", page(writes, "Queues", Effect.gen(function*() {
+      yield* query
+      const admin = yield* Admin.Admin
+      const live = yield* admin.queues
+      return { body: Pages.overviewPage(yield* history.readings, live, yield* Clock.currentTimeMillis), refresh: 5 }
+    }))),
+    HttpRouter.get("/queues/:name", page(writes, "Queue", Effect.gen(function*() {
+      const q = yield* query
+      const name = yield* Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
+      const admin = yield* Admin.Admin
+      const jobs = yield* admin.jobs({ queue: name, limit: q.limit, ...(q.state === undefined ? {} : { state: q.state }) })
+      const summary = (yield* admin.queues).find((s) => s.name === name)
+      return { title: name, body: Pages.queuePage(name, q.state, jobs, summary, yield* Clock.currentTimeMillis, q.done) }
+    }))),
+    HttpRouter.get("/jobs/:id", page(writes, "Job", Effect.gen(function*() {
+      const q = yield* query
+      const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
+      const job = yield* Effect.flatMap(Admin.Admin, (admin) => admin.job(id))
+      if (Option.isNone(job)) return yield* new HttpFailure({ status: 404, reason: `no job ${id} (acked and cancelled jobs are deleted)` })
+      return { title: `Job ${id}`, body: Pages.jobPage(job.value, yield* Clock.currentTimeMillis, writes, q.done) }
+    }))),
+    HttpRouter.get("/dead", page(writes, "Dead jobs", Effect.gen(function*() {
+      const q = yield* query
+      const jobs = yield* Effect.flatMap(Admin.Admin, (admin) =>
+        admin.jobs({ state: "dead", limit: q.limit, ...(q.queue === undefined ? {} : { queue: q.queue }) }))
+      return { body: Pages.deadPage(q.queue, jobs, yield* Clock.currentTimeMillis, writes, q.done) }
+    }))),
+    HttpRouter.get("/schedules", page(writes, "Schedules", Effect.gen(function*() {
+      yield* query
+      const schedules = yield* Effect.flatMap(Admin.Admin, (admin) => admin.schedules)
+      return { body: Pages.schedulesPage(schedules, yield* Clock.currentTimeMillis) }
+    }))),
+    HttpRouter.get("/locks", page(writes, "Locks", Effect.gen(function*() {
+      yield* query
+      const locks = yield* Effect.flatMap(Admin.Admin, (admin) => admin.locks)
+      return { body: Pages.locksPage(locks, yield* Clock.currentTimeMillis) }
+    }))),
+    HttpRouter.post("/jobs/:id/requeue", Effect.gen(function*() {
+      yield* guardWrite(writes)
+      const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
+      yield* Effect.flatMap(Effect.flatMap(Admin.Admin, (admin) => admin.requeue(id)), (r) => outcome(r, id))
+      return redirect(`/jobs/${id}?done=requeued`)
+    }).pipe(Effect.catchAll((error) => failure(writes, error)))),
+    HttpRouter.post("/jobs/:id/cancel", Effect.gen(function*() {
+      yield* guardWrite(writes)
+      const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
+      const job = yield* Effect.flatMap(Effect.flatMap(Admin.Admin, (admin) => admin.cancel(id)), (r) => outcome(r, id))
+      return redirect(`/queues/${segment(job.queue)}?done=cancelled`)
+    }).pipe(Effect.catchAll((error) => failure(writes, error)))),
+    HttpRouter.post("/queues/:name/purge", Effect.gen(function*() {
+      yield* guardWrite(writes)
+      const name = yield* Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const form = yield* Effect.mapError(request.urlParamsBody, () => bad("the form could not be read"))
+      const olderThan = Option.getOrElse(UrlParams.getFirst(form, "older_than"), () => "").trim()
+      const age = olderThan === "" ? undefined : yield* parseAge("older_than", olderThan)
+      yield* Effect.flatMap(Admin.Admin, (admin) => admin.purgeDead(name, age))
+      return redirect(`/dead?queue=${segment(name)}&done=purged`)
+    }).pipe(Effect.catchAll((error) => failure(writes, error)))),
+    Effect.catchTag("RouteNotFound", () =>
+      Effect.succeed(respond(404, layout({ writes, title: "404", body: Pages.errorPage(404, "no such page (or method)") }))))
+  )

@@ -1,0 +1,105 @@
+import { Effect, Option } from "effect"
+import type { AdminStorage, JobRow, LockInfoRow, QueueDepthRow } from "../engine.js"
+import type { Param, PgExecutor } from "./executor.js"
+import { migrationsTable } from "./migrations.js"
+import { decoded, int, intOrNull, jobColumns, scheduleColumns, toJobRow, toScheduleRow } from "./rows.js"
+
+/**
+ * Every statement of the PostgreSQL operator reads (CLI, dashboard), for the
+ * tables of schema `s`; reads only, so they never block a worker. As on
+ * SQLite, a scheduled row whose `run_at` has passed is reported as pending.
+ */
+export const makeAdminStorage = (db: PgExecutor, s: string): AdminStorage => {
+  const jobs = `${s}.__alkstore_jobs`
+  const isDue = `(state = 'pending' OR (state = 'scheduled' AND run_at <= $1::bigint))`
+  // A job's columns with its state as an operator reads it at $1.
+  const columns = jobColumns().replace(
+    /(^|, )state(?=,)/,
+    "$1CASE WHEN state = 'scheduled' AND run_at <= $1::bigint THEN 'pending' ELSE state END AS state"
+  )
+  const stateCondition: Record<JobRow["state"], string> = {
+    pending: isDue,
+    scheduled: `(state = 'scheduled' AND run_at > $1::bigint)`,
+    claimed: `state = 'claimed'`,
+    dead: `state = 'dead'`
+  }
+  return {
+    queueDepths: (now) =>
+      decoded(
+        db.all(
+          `SELECT queue,
+            count(*) FILTER (WHERE ${isDue}) AS pending,
+            count(*) FILTER (WHERE state = 'scheduled' AND run_at > $1::bigint) AS scheduled,
+            count(*) FILTER (WHERE state = 'claimed') AS claimed,
+            count(*) FILTER (WHERE state = 'dead') AS dead,
+            min(run_at) FILTER (WHERE ${isDue}) AS oldest_pending_run_at
+          FROM ${jobs} GROUP BY queue ORDER BY queue`,
+          [now]
+        ),
+        (row): QueueDepthRow => ({
+          queue: row.queue as string,
+          pending: int(row.pending, "pending"),
+          scheduled: int(row.scheduled, "scheduled"),
+          claimed: int(row.claimed, "claimed"),
+          dead: int(row.dead, "dead"),
+          oldest_pending_run_at: intOrNull(row.oldest_pending_run_at, "oldest_pending_run_at")
+        })
+      ),
+    jobs: (filter, now) => {
+      const conditions: Array<string> = []
+      const params: Array<Param> = [now]
+      if (filter.queue !== undefined) {
+        params.push(filter.queue)
+        conditions.push(`queue = $${params.length}`)
+      }
+      if (filter.state !== undefined) conditions.push(stateCondition[filter.state])
+      if (filter.beforeId !== undefined) {
+        params.push(filter.beforeId)
+        conditions.push(`id < $${params.length}::bigint`)
+      }
+      params.push(filter.limit)
+      const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`
+      return decoded(
+        db.all(`SELECT ${columns} FROM ${jobs} ${where} ORDER BY id DESC LIMIT $${params.length}`, params),
+        toJobRow
+      )
+    },
+    job: (id, now) =>
+      Effect.map(
+        decoded(db.all(`SELECT ${columns} FROM ${jobs} WHERE id = $2::bigint`, [now, id]), toJobRow),
+        (rows) => Option.fromNullable(rows[0])
+      ),
+    locks: decoded(
+      db.all(`SELECT name, owner, token, expires_at FROM ${s}.__alkstore_locks ORDER BY name`, []),
+      (row): LockInfoRow => ({
+        name: row.name as string,
+        owner: row.owner as string,
+        token: int(row.token, "token"),
+        expires_at: int(row.expires_at, "expires_at")
+      })
+    ),
+    schedules: decoded(
+      db.all(`SELECT ${scheduleColumns} FROM ${s}.__alkstore_scheduler_tasks ORDER BY name`, []),
+      toScheduleRow
+    ),
+    // The identity's high-water mark survives the rows (0 before the first job).
+    lastJobId: Effect.map(
+      decoded(
+        db.all(
+          `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS id
+           FROM ${s}.__alkstore_jobs_id_seq`,
+          []
+        ),
+        (row) => int(row.id, "id")
+      ),
+      (rows) => rows[0] ?? 0
+    ),
+    migrations: Effect.map(
+      decoded(
+        db.all(`SELECT migration_id, name FROM ${s}.${migrationsTable} ORDER BY migration_id`, []),
+        (row) => `${int(row.migration_id, "migration_id")}_${row.name as string}`
+      ),
+      (rows) => rows
+    )
+  }
+}

@@ -1,0 +1,77 @@
+import { Effect, Option } from "effect"
+import type { AdminStorage, JobRow, LockInfoRow, QueueDepthRow, ScheduleRow } from "../engine.js"
+import type { Executor, Param } from "./executor.js"
+import { migrationsTable } from "./migrations.js"
+
+/**
+ * Every statement of the SQLite operator reads (better-sqlite3 binds `?` by
+ * position only). The listings use the job table's indexes where one fits;
+ * the overview groups the whole table, which is what an operator's refresh
+ * costs: a read, so under WAL it takes no lock and never blocks a worker.
+ */
+
+/** A scheduled row whose `run_at` has passed is due: reported as pending, as `stats` does. */
+const isDue = `(state = 'pending' OR (state = 'scheduled' AND run_at <= ?))`
+
+/** A job's columns with its state as an operator reads it at the bound instant. */
+const jobColumns = `id, queue, payload,
+  CASE WHEN state = 'scheduled' AND run_at <= ? THEN 'pending' ELSE state END AS state,
+  priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base, expires_at, claimed_until, worker_id,
+  claim_token, created_at, last_error, died_at`
+
+const sql = {
+  // Binds now three times: pending, scheduled, oldest pending.
+  queueDepths: `SELECT queue,
+      sum(${isDue}) AS pending,
+      sum(state = 'scheduled' AND run_at > ?) AS scheduled,
+      sum(state = 'claimed') AS claimed,
+      sum(state = 'dead') AS dead,
+      min(CASE WHEN ${isDue} THEN run_at END) AS oldest_pending_run_at
+    FROM __alkstore_jobs GROUP BY queue ORDER BY queue`,
+  job: `SELECT ${jobColumns} FROM __alkstore_jobs WHERE id = ?`,
+  locks: `SELECT name, owner, token, expires_at FROM __alkstore_locks ORDER BY name`,
+  schedules: `SELECT * FROM __alkstore_scheduler_tasks ORDER BY name`,
+  // AUTOINCREMENT keeps the high-water mark in sqlite_sequence after the rows are gone.
+  lastJobId: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'), 0) AS id`,
+  migrations: `SELECT migration_id, name FROM ${migrationsTable} ORDER BY migration_id`
+} as const
+
+/** Each state's condition and how many times it binds now. */
+const stateCondition: Record<JobRow["state"], { readonly sql: string; readonly nows: number }> = {
+  pending: { sql: isDue, nows: 1 },
+  scheduled: { sql: `(state = 'scheduled' AND run_at > ?)`, nows: 1 },
+  claimed: { sql: `state = 'claimed'`, nows: 0 },
+  dead: { sql: `state = 'dead'`, nows: 0 }
+}
+
+export const makeAdminStorage = (db: Executor): AdminStorage => ({
+  queueDepths: (now) => db.all<QueueDepthRow>(sql.queueDepths, [now, now, now]),
+  jobs: (filter, now) => {
+    const conditions: Array<string> = []
+    const params: Array<Param> = [now]
+    if (filter.queue !== undefined) {
+      conditions.push("queue = ?")
+      params.push(filter.queue)
+    }
+    if (filter.state !== undefined) {
+      const condition = stateCondition[filter.state]
+      conditions.push(condition.sql)
+      for (let i = 0; i < condition.nows; i++) params.push(now)
+    }
+    if (filter.beforeId !== undefined) {
+      conditions.push("id < ?")
+      params.push(filter.beforeId)
+    }
+    params.push(filter.limit)
+    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`
+    return db.all<JobRow>(`SELECT ${jobColumns} FROM __alkstore_jobs ${where} ORDER BY id DESC LIMIT ?`, params)
+  },
+  job: (id, now) => Effect.map(db.all<JobRow>(sql.job, [now, id]), (rows) => Option.fromNullable(rows[0])),
+  locks: db.all<LockInfoRow>(sql.locks, []),
+  schedules: db.all<ScheduleRow>(sql.schedules, []),
+  lastJobId: Effect.map(db.all<{ id: number }>(sql.lastJobId, []), (rows) => rows[0]?.id ?? 0),
+  migrations: Effect.map(
+    db.all<{ migration_id: number; name: string }>(sql.migrations, []),
+    (rows) => rows.map((row) => `${row.migration_id}_${row.name}`)
+  )
+})

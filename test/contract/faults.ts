@@ -1,0 +1,80 @@
+/**
+ * Real storage faults and real write counts for contract tests, without
+ * mocks: triggers on the store's own tables, created and dropped by the
+ * test through the application's `SqlClient`. A fault trigger makes a
+ * statement fail at execution with a genuine `SqlError` from the engine (a
+ * stand-in for busy-past-patience or a dropped connection); a counting
+ * trigger counts attempted inserts. Each is written per dialect, so the
+ * contract files that use them stay engine-agnostic.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+type Event = "INSERT" | "UPDATE"
+
+const dialectSql = (statements: { readonly sqlite: ReadonlyArray<string>; readonly pg: ReadonlyArray<string> }) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.forEach(
+      sql.onDialectOrElse({
+        sqlite: () => statements.sqlite,
+        pg: () => statements.pg,
+        orElse: () => {
+          throw new Error("faults.ts: no trigger syntax for this dialect")
+        }
+      }),
+      (statement) => sql.unsafe(statement),
+      { discard: true }
+    ))
+
+/** While `effect` runs, every `event` statement on `table` fails with a `SqlError` ("storage down"). */
+export const failing = (table: string, event: Event) => {
+  const name = `test_fault_${table}_${event.toLowerCase()}`
+  return {
+    start: dialectSql({
+      sqlite: [`CREATE TRIGGER ${name} BEFORE ${event} ON ${table} BEGIN SELECT RAISE(ABORT, 'storage down'); END`],
+      pg: [
+        `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'storage down'; END $$`,
+        `CREATE TRIGGER ${name} BEFORE ${event} ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}()`
+      ]
+    }),
+    stop: dialectSql({
+      sqlite: [`DROP TRIGGER ${name}`],
+      pg: [`DROP TRIGGER ${name} ON ${table}`, `DROP FUNCTION ${name}()`]
+    })
+  }
+}
+
+/** Runs `effect` while `event` statements on `table` fail; the fault is cleared however it ends. */
+export const whileFailing = <A, E, R>(table: string, event: Event, effect: Effect.Effect<A, E, R>) => {
+  const fault = failing(table, event)
+  return Effect.acquireUseRelease(fault.start, () => effect, () => Effect.orDie(fault.stop))
+}
+
+/**
+ * Counts attempted inserts into `table` whose `column` equals `value` (an
+ * upsert counts whether or not it then conflicts): the effect returned reads
+ * the count so far. On SQLite the counter and its trigger are TEMP: they see
+ * the statements of the application's connection only (the store's own), and
+ * counting writes nothing to the database file, so it wakes no watcher.
+ */
+export const countInserts = (table: string, column: string, value: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const counter = `test_count_${table}`
+    yield* dialectSql({
+      sqlite: [
+        `CREATE TEMP TABLE ${counter} (n INTEGER NOT NULL)`,
+        `INSERT INTO ${counter} (n) VALUES (0)`,
+        `CREATE TEMP TRIGGER ${counter} BEFORE INSERT ON ${table} WHEN NEW.${column} = '${value}'
+          BEGIN UPDATE ${counter} SET n = n + 1; END`
+      ],
+      pg: [
+        `CREATE TABLE ${counter} (n INTEGER NOT NULL)`,
+        `INSERT INTO ${counter} (n) VALUES (0)`,
+        `CREATE FUNCTION ${counter}() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN IF NEW.${column} = '${value}' THEN UPDATE ${counter} SET n = n + 1; END IF; RETURN NEW; END $$`,
+        `CREATE TRIGGER ${counter} BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION ${counter}()`
+      ]
+    })
+    return Effect.map(sql.unsafe<{ n: number }>(`SELECT n FROM ${counter}`), (rows) => Number(rows[0]!.n))
+  })
