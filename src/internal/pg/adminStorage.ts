@@ -15,7 +15,7 @@ export const makeAdminStorage = (db: PgExecutor, s: string): AdminStorage => {
   // A job's columns with its state as an operator reads it at $1.
   const columns = jobColumns().replace(
     /(^|, )state(?=,)/,
-    "$1CASE WHEN state = 'scheduled' AND run_at <= $1::bigint THEN 'pending' ELSE state END AS state"
+    (_, head: string) => `${head}CASE WHEN state = 'scheduled' AND run_at <= $1::bigint THEN 'pending' ELSE state END AS state`
   )
   const stateCondition: Record<JobRow["state"], string> = {
     pending: isDue,
