@@ -319,6 +319,7 @@ try {
     process.exit(0)
   }
 } catch (e) {
-  console.error(e instanceof Error ? (e.stack ?? e.message) : String(e))
+  const cause = e instanceof Error && e.cause !== undefined ? `\ncaused by: ${String(e.cause)}` : ""
+  console.error((e instanceof Error ? (e.stack ?? e.message) : String(e)) + cause)
   process.exit(1)
 }

@@ -11,7 +11,7 @@ const classes = async () => {
   return bq.withBackend(bq.createPostgresBackend)
 }
 
-const LIVE_TYPES = ["waiting", "active", "delayed", "prioritized", "waiting-children", "paused"] as const
+const LIVE_TYPES = ["waiting", "active", "delayed", "prioritized", "waiting-children"] as const
 
 const open = async (url: string): Promise<Session> => {
   const { Queue, Worker } = await classes()

@@ -80,7 +80,7 @@ const open = async (url: string): Promise<Session> => {
         )).rows[0]!.c
       ),
     close: async () => {
-      await boss.stop({ graceful: false, wait: true })
+      await boss.stop({ graceful: false })
       await client.end()
     }
   }
@@ -105,7 +105,7 @@ export const contender: PgContender = {
     const boss = new PgBoss(options(url))
     await boss.start()
     await boss.createQueue(QUEUE, { notify: true })
-    await boss.stop({ graceful: false, wait: true })
+    await boss.stop({ graceful: false })
   },
   open,
   notes: [
