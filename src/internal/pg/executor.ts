@@ -26,6 +26,8 @@ export interface PgExecutor {
   /** The hooks the store's transaction open in `context` runs once it commits (`undefined` outside one). */
   readonly commitHooks: (context: Context.Context<never>) => Array<() => void> | undefined
   readonly client: SqlClient.SqlClient
+  /** Statements (BEGIN and COMMIT included) on their way to the server now. */
+  readonly inFlight: () => number
 }
 
 type Open = readonly [conn: Connection, depth: number]
@@ -33,7 +35,6 @@ type Open = readonly [conn: Connection, depth: number]
 const getOpen = (context: Context.Context<never>): Open | undefined =>
   context.unsafeMap.get(SqlClient.TransactionConnection.key) as Open | undefined
 
-const exec = (conn: Connection, sql: string) => Effect.asVoid(conn.execute(sql, [], undefined))
 
 /**
  * The constructor of the client's connections: `@effect/sql-pg` builds one
@@ -64,18 +65,25 @@ export const makeExecutor = (
     // The store's own transactions carry their commit hooks under a key of this store alone.
     const Hooks = Context.GenericTag<Array<() => void>>(`alkstore/internal/pg/CommitHooks/${storeId}`)
     const withoutTransaction = Context.omit(SqlClient.TransactionConnection)
+    let inFlight = 0
+    const counted = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => {
+        inFlight++
+        return Effect.ensuring(statement, Effect.sync(() => inFlight--))
+      })
+    const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
 
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = getOpen(fiber.currentContext)
         if (open !== undefined && isMine(open[0])) {
-          return open[0].execute(text, params as Array<Param>, undefined) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          return counted(open[0].execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
         }
         const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
           ReadonlyArray<A>,
           SqlError
         >
-        return open === undefined ? statement : Effect.mapInputContext(statement, withoutTransaction)
+        return counted(open === undefined ? statement : Effect.mapInputContext(statement, withoutTransaction))
       })
 
     const openTransaction = (context: Context.Context<never>) => {
@@ -159,7 +167,7 @@ export const makeExecutor = (
     const commitHooks = (context: Context.Context<never>) =>
       context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined
 
-    return { all, transaction, openTransaction, commitHooks, client }
+    return { all, transaction, openTransaction, commitHooks, client, inFlight: () => inFlight }
   }).pipe(
     Effect.mapError((cause) =>
       cause instanceof SqlError ? cause : new SqlError({ cause, message: "Failed to reach the database" })

@@ -53,20 +53,29 @@ export const queueStatements = (s: string, n: Notifier) => {
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // Moves due scheduled rows into the claim index (a bounded batch; rows
     // another claimer is promoting are skipped, not waited for).
-    promoteDue: `UPDATE ${jobs} SET state = 'pending' WHERE id IN (
+    // (`= ANY (ARRAY(…))` keeps the update on the primary key whatever the planner estimates.)
+    promoteDue: `UPDATE ${jobs} SET state = 'pending' WHERE id = ANY (ARRAY(
         SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
-        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED)`,
-    claim: `WITH candidates AS MATERIALIZED (
-        (SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
-          ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-        UNION ALL
-        (SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
-          ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-      ), picked AS (SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT $4)
-      ${claimSet} FROM picked WHERE j.id = picked.id RETURNING ${jobColumns("j")}`,
-    anyClaimable: `SELECT EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1 AND state = 'pending')
-        OR EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint)
-        OR EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint) AS any`,
+        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED))`,
+    claim: `WITH pending AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), lapsed AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      )
+      ${claimSet} WHERE j.id = ANY (ARRAY(
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4))
+      RETURNING ${jobColumns("j")}`,
+    // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
+    // (an EXISTS drops the order, and may then scan the table for the first match).
+    anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
+          ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
+          ORDER BY run_at LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint
+          ORDER BY claimed_until LIMIT 1) IS NOT NULL AS any`,
     nextDeadline: `SELECT LEAST(
         (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at > $2::bigint),
         (SELECT min(claimed_until) FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint)

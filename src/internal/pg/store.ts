@@ -10,6 +10,7 @@ import * as Outbox from "../../Outbox.js"
 import * as Queues from "../../Queues.js"
 import * as Scheduler from "../../Scheduler.js"
 import { InvalidOptions } from "../../StoreError.js"
+import { StoreActivity } from "../activity.js"
 import { optionalDurationMillis } from "../duration.js"
 import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeWakeHub } from "../wake.js"
@@ -178,7 +179,9 @@ export const buildMechanisms = (
     const locks = yield* build(Locks.Locks, Locks.make)
     const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
     const outbox = yield* build(Outbox.Outbox, Outbox.make)
-    const mechanisms = Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox))
+    const mechanisms = Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)).pipe(
+      Context.add(StoreActivity, { inFlight: executor.inFlight })
+    ) as Context.Context<Mechanisms>
     if (options.clock === "host") return { mechanisms, clock: undefined }
     const host = yield* Clock.clockWith(Effect.succeed)
     const aligned = yield* makeDatabaseClock(executor, host, settings.clockResyncMillis)
