@@ -30,6 +30,7 @@ export interface PgChildResult {
 /** One clock for every process (wall-clock based, sub-ms resolution). */
 const clock = () => performance.timeOrigin + performance.now()
 const gap = () => 2 + Math.random() * 3
+const STALL_MS = 20_000
 
 type ToWorker = { readonly t: "go" } | { readonly t: "stop" }
 type FromWorker = { readonly t: "ready" } | { readonly t: "count"; readonly n: number } | { readonly t: "stopped" }
@@ -99,7 +100,20 @@ const drain = async (c: PgContender, url: string, session: Session, s: PgSizes, 
     )
     const t0 = performance.now()
     for (const w of workers) w.send({ t: "go" } satisfies ToWorker)
-    await seen
+    // fail fast when the handlers stop making progress (a broken contender must not hold the run for minutes)
+    let last = -1
+    let stalled: NodeJS.Timeout | undefined
+    const stall = new Promise<never>((_, reject) => {
+      stalled = setInterval(() => {
+        if (total === last) reject(new Error(`${c.name}: no job handled for ${STALL_MS / 1000} s (${total} of ${s.drainJobs})`))
+        last = total
+      }, STALL_MS)
+    })
+    try {
+      await Promise.race([seen, stall])
+    } finally {
+      clearInterval(stalled)
+    }
     await untilEmpty(session)
     const ms = performance.now() - t0
     for (const w of workers) w.send({ t: "stop" } satisfies ToWorker)
