@@ -279,6 +279,16 @@ const runWorkload = async (c: PgContender, w: PgWorkloadId, url: string, s: PgSi
         if (live !== s.enqueueJobs) throw new Error(`${c.name}: ${live} jobs after enqueue, expected ${s.enqueueJobs}`)
         return { ops: s.enqueueJobs, ms }
       }
+      case "enqueue-batch100": {
+        const t0 = performance.now()
+        for (let i = 0; i < s.enqueueJobs; i += s.batch) {
+          await session.enqueueBatch(range(Math.min(s.batch, s.enqueueJobs - i), i))
+        }
+        const ms = performance.now() - t0
+        const live = await session.live()
+        if (live !== s.enqueueJobs) throw new Error(`${c.name}: ${live} jobs after enqueue, expected ${s.enqueueJobs}`)
+        return { ops: s.enqueueJobs, ms }
+      }
       case "drain-1":
         return await drain(c, url, session, s, 1)
       case "drain-4":

@@ -7,6 +7,7 @@
 export type PgWorkloadId =
   | "enqueue-1tx"
   | "enqueue-100tx"
+  | "enqueue-batch100"
   | "drain-1"
   | "drain-4"
   | "wake-inprocess"
@@ -39,15 +40,15 @@ export interface PgSizes {
 }
 
 export const FULL_SIZES: PgSizes = {
-  enqueueJobs: 4_000,
+  enqueueJobs: 2_000,
   batch: 100,
-  drainJobs: 5_000,
+  drainJobs: 3_000,
   processes: 4,
-  wakeSamples: 300,
+  wakeSamples: 200,
   wakeWarmup: 20,
-  wakeBudgetMs: 20_000,
-  claimOps: 1_000,
-  warmupOps: 200,
+  wakeBudgetMs: 15_000,
+  claimOps: 500,
+  warmupOps: 100,
   claimSmall: 1_000,
   claimLarge: 1_000_000,
   preloadChunk: 5_000
@@ -89,6 +90,12 @@ export const PG_WORKLOADS: ReadonlyArray<PgWorkloadDef> = [
     title: "enqueue, 100 jobs / tx",
     kind: "throughput",
     description: (s) => `${s.enqueueJobs} jobs, ${s.batch} single enqueue calls inside one explicit transaction`
+  },
+  {
+    id: "enqueue-batch100",
+    title: "enqueue, batch call × 100",
+    kind: "throughput",
+    description: (s) => `${s.enqueueJobs} jobs through the library's batch enqueue call, ${s.batch} jobs per call`
   },
   {
     id: "drain-1",
@@ -152,6 +159,8 @@ export interface Session {
   readonly enqueue: (n: number) => Promise<void>
   /** these jobs, one enqueue call each, inside one explicit transaction */
   readonly enqueueInTx: (ns: ReadonlyArray<number>) => Promise<void>
+  /** these jobs in one call of the library's batch enqueue API */
+  readonly enqueueBatch: (ns: ReadonlyArray<number>) => Promise<void>
   /** untimed bulk load of `count` jobs numbered from `from` */
   readonly preload: (count: number, from: number) => Promise<void>
   /**

@@ -37,6 +37,9 @@ const open = async (url: string): Promise<Session> => {
     enqueueInTx: async (ns) => {
       await run(sql.withTransaction(Effect.forEach(ns, (n) => q.enqueue(payload(n)), { discard: true })))
     },
+    enqueueBatch: async (ns) => {
+      await run(q.enqueueBatch(ns.map(payload)))
+    },
     preload: async (count, from) => {
       for (let i = 0; i < count; i += 5_000) {
         await run(q.enqueueBatch(range(Math.min(5_000, count - i), from + i).map(payload)))
@@ -72,6 +75,7 @@ export const contender: PgContender = {
   supports: {
     "enqueue-1tx": true,
     "enqueue-100tx": true,
+    "enqueue-batch100": true,
     "drain-1": true,
     "drain-4": true,
     "wake-inprocess": true,
@@ -87,7 +91,7 @@ export const contender: PgContender = {
   open,
   notes: [
     "`PgStore.layer({ url })` with default settings (its pool, one LISTEN connection per process, the database clock); one `ManagedRuntime` per process",
-    "enqueue = `queue.enqueue`; 100 / tx = 100 `enqueue` calls inside `sql.withTransaction`; preload = `enqueueBatch` of 5,000",
+    "enqueue = `queue.enqueue`; 100 / tx = 100 `enqueue` calls inside `sql.withTransaction`; batch = `enqueueBatch` of 100; preload = `enqueueBatch` of 5,000",
     "worker = `queue.process(worker, handler, { concurrency: 1 })`; claim rows = `claim` + `ack`; live = `stats` (pending + claimed + scheduled)"
   ]
 }

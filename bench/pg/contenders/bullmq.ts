@@ -21,7 +21,10 @@ const open = async (url: string): Promise<Session> => {
     enqueue: async (n) => {
       await queue.add("job", payload(n))
     },
-    enqueueInTx: async (ns) => {
+    enqueueInTx: async () => {
+      throw new Error("bullmq-pg: no enqueue in a caller's transaction")
+    },
+    enqueueBatch: async (ns) => {
       await queue.addBulk(ns.map((n) => ({ name: "job", data: payload(n) })))
     },
     preload: async (count, from) => {
@@ -48,7 +51,8 @@ export const contender: PgContender = {
   packages: ["bench/node_modules/bullmq/package.json"],
   supports: {
     "enqueue-1tx": true,
-    "enqueue-100tx": true,
+    "enqueue-100tx": "no enqueue inside a caller's transaction (its PostgreSQL backend owns its connections); its batch call is the batch row",
+    "enqueue-batch100": true,
     "drain-1": true,
     "drain-4": true,
     "wake-inprocess": true,
@@ -70,7 +74,7 @@ export const contender: PgContender = {
   open,
   notes: [
     "`withBackend(createPostgresBackend)`, connection = the database URL (its own `pg` pool and LISTEN connection), schema migrated once with `runMigrations`; default job options (completed jobs are kept)",
-    "enqueue = `Queue.add`; **100 / tx = `Queue.addBulk` of 100** (one statement: its PostgreSQL backend takes no caller transaction, so there is no way to put 100 `add` calls in one transaction)",
+    "enqueue = `Queue.add`; no enqueue in a caller's transaction (its backend takes no caller connection), so no 100 / tx row; batch = `Queue.addBulk` of 100 (one statement)",
     "worker = `new Worker(queue, handler, { concurrency: 1 })`, woken by its LISTEN/NOTIFY; preload = `addBulk` in chunks of 1,000"
   ]
 }

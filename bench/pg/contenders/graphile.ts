@@ -34,9 +34,12 @@ const open = async (url: string): Promise<Session> => {
       }
       await client.query("COMMIT")
     },
+    enqueueBatch: async (ns) => {
+      await utils.addJobs(ns.map((n) => ({ identifier: QUEUE, payload: payload(n) })))
+    },
     preload: async (count, from) => {
-      for (let i = 0; i < count; i += 1_000) {
-        await utils.addJobs(range(Math.min(1_000, count - i), from + i).map((n) => ({
+      for (let i = 0; i < count; i += 5_000) {
+        await utils.addJobs(range(Math.min(5_000, count - i), from + i).map((n) => ({
           identifier: QUEUE,
           payload: payload(n)
         })))
@@ -72,6 +75,7 @@ export const contender: PgContender = {
   supports: {
     "enqueue-1tx": true,
     "enqueue-100tx": true,
+    "enqueue-batch100": true,
     "drain-1": true,
     "drain-4": true,
     "wake-inprocess": true,
@@ -87,6 +91,6 @@ export const contender: PgContender = {
   notes: [
     "enqueue = `WorkerUtils.addJob`; 100 / tx = `SELECT graphile_worker.add_job($1, $2::json)` on a `pg` client inside `BEGIN` … `COMMIT` (its documented way to enqueue in the caller's transaction)",
     "worker = `run({ concurrency: 1, taskList })` with defaults otherwise (pool of 10, `pollInterval` 2 s, woken by its LISTEN/NOTIFY on `jobs:insert`); completed jobs are deleted",
-    "preload = `WorkerUtils.addJobs` in chunks of 1,000"
+    "batch = `WorkerUtils.addJobs` of 100; preload = `addJobs` in chunks of 5,000"
   ]
 }

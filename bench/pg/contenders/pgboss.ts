@@ -52,9 +52,12 @@ const open = async (url: string): Promise<Session> => {
       for (const n of ns) await boss.send(QUEUE, payload(n), { db })
       await client.query("COMMIT")
     },
+    enqueueBatch: async (ns) => {
+      await boss.insert(QUEUE, ns.map((n) => ({ data: payload(n) })))
+    },
     preload: async (count, from) => {
-      for (let i = 0; i < count; i += 1_000) {
-        await boss.insert(QUEUE, range(Math.min(1_000, count - i), from + i).map((n) => ({ data: payload(n) })))
+      for (let i = 0; i < count; i += 5_000) {
+        await boss.insert(QUEUE, range(Math.min(5_000, count - i), from + i).map((n) => ({ data: payload(n) })))
       }
     },
     startWorker: async (onJob, purpose) => {
@@ -93,6 +96,7 @@ export const contender: PgContender = {
   supports: {
     "enqueue-1tx": true,
     "enqueue-100tx": true,
+    "enqueue-batch100": true,
     "drain-1": true,
     "drain-4": true,
     "wake-inprocess": true,
@@ -113,6 +117,6 @@ export const contender: PgContender = {
     "enqueue = `send`; 100 / tx = `send(…, { db })` with an adapter over a `pg` client inside `BEGIN` … `COMMIT` (its documented way to enqueue in the caller's transaction)",
     "drain = a `fetch()` → handler → `complete()` loop: its `work()` worker with `batchSize: 1` waits its polling interval (≥ 0.5 s) after every job unless a NOTIFY arrives (and a preloaded backlog sends none), so one job at a time only runs as a pull loop",
     "latency rows = `work(queue, { batchSize: 1 })`, woken by its LISTEN/NOTIFY listener",
-    "claim rows = `fetch()` + `complete()`; preload = `insert()` in chunks of 1,000"
+    "claim rows = `fetch()` + `complete()`; batch = `insert()` of 100; preload = `insert()` in chunks of 5,000"
   ]
 }

@@ -43,6 +43,11 @@ const CLAIM = {
                      ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING *`
 }
+const INSERT_MANY = {
+  name: "raw_insert_many",
+  text: `WITH j AS (INSERT INTO jobs (queue, payload) SELECT $1, p FROM unnest($2::json[]) AS p RETURNING id)
+         SELECT pg_notify('${CHANNEL}', '') FROM (SELECT 1 FROM j LIMIT 1) AS any_row`
+}
 const ACK = { name: "raw_ack", text: "DELETE FROM jobs WHERE id = $1" }
 
 const connect = async (url: string): Promise<pg.Client> => {
@@ -107,6 +112,9 @@ const open = async (url: string): Promise<Session> => {
       for (const n of ns) await enqueue(n)
       await c.query("COMMIT")
     },
+    enqueueBatch: async (ns) => {
+      await c.query({ ...INSERT_MANY, values: [QUEUE, ns.map((n) => JSON.stringify(payload(n)))] })
+    },
     preload: async (count, from) => {
       await c.query(
         `INSERT INTO jobs (queue, payload)
@@ -134,6 +142,7 @@ export const contender: PgContender = {
   supports: {
     "enqueue-1tx": true,
     "enqueue-100tx": true,
+    "enqueue-batch100": true,
     "drain-1": true,
     "drain-4": true,
     "wake-inprocess": true,
@@ -155,6 +164,7 @@ export const contender: PgContender = {
     "enqueue = `WITH j AS (INSERT … RETURNING id) SELECT pg_notify(…) FROM j` (one statement, autocommit)",
     "claim = `UPDATE jobs … WHERE id = (SELECT id … ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *` on a partial index `WHERE state = 'pending'`; ack = `DELETE` by id; two autocommit statements per job",
     "worker and latency rows: the worker claims until nothing is claimable, then waits on LISTEN/NOTIFY (1 s fallback poll)",
+    "batch of 100 = one `INSERT … SELECT … FROM unnest($2::json[])` with one `pg_notify`",
     "preload = one `INSERT … SELECT generate_series`"
   ]
 }
