@@ -21,7 +21,8 @@
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-pg.svg
  *                         (default: docs/ for a full unfiltered run, else a tmp dir)
  *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
- *   BENCH_PG_RENDER=file  re-render from a benchmarks-pg-samples.json (no measuring)
+ *   BENCH_PG_RENDER=file  re-render from a benchmarks-pg-samples.json, or from the progress file a
+ *                         run keeps in os.tmpdir() (no measuring; same BENCH_QUICK/BENCH_REPS as that run)
  *   ALKSTORE_PG_URL=url   use this server instead of booting one (needs CREATEDB)
  */
 import { spawn, spawnSync } from "node:child_process"
@@ -224,9 +225,11 @@ const main = async () => {
     process.exit(130)
   })
   const samples: Array<PgSample> = []
+  const progressFile = path.join(os.tmpdir(), `alkstore-pgbench-progress-${process.pid}.json`)
   try {
     const settings = await readSettings(server.adminUrl)
-    console.log(`PostgreSQL: ${server.version}\n  ${server.origin}`)
+    console.log(`PostgreSQL: ${server.version}\n  ${server.origin}\n  progress: ${progressFile}`)
+    const progress = { server: { version: server.version, origin: server.origin, settings }, unavailable, startedAt }
     for (let round = 0; round < REPS; round++) {
       const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!)
       for (const w of workloads) {
@@ -235,6 +238,8 @@ const main = async () => {
           if (c.supports[w.id] !== true || unavailable[c.name] !== undefined) continue
           const s = await measure(server.adminUrl, server.urlFor, c, w, round)
           samples.push(s)
+          // progress on disk: an interrupted run can still be rendered (BENCH_PG_RENDER=<this file>)
+          writeFileSync(progressFile, `${JSON.stringify({ ...progress, samples, totalS: (performance.now() - started) / 1000 })}\n`)
           const shown = !s.ok
             ? `FAILED: ${s.error}`
             : s.p50 !== undefined

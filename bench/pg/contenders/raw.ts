@@ -6,8 +6,9 @@
  * is delivered at its commit, as a library that wakes workers must do);
  * claim = one `UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1)
  * RETURNING *` (autocommit); ack = one `DELETE` by id (autocommit). The worker
- * LISTENs on one channel: it claims until nothing is claimable, then waits for
- * a notification (or a 1 s fallback poll).
+ * acks and claims the next job in one statement, one commit per job (the
+ * ceiling a library's worker can reach); it LISTENs on one channel and waits
+ * for a notification (or a 1 s fallback poll) when nothing is claimable.
  */
 import type pg from "pg"
 import type { OnJob, PgContender, Session } from "../workloads.js"
@@ -49,6 +50,16 @@ const INSERT_MANY = {
          SELECT pg_notify('${CHANNEL}', '') FROM (SELECT 1 FROM j LIMIT 1) AS any_row`
 }
 const ACK = { name: "raw_ack", text: "DELETE FROM jobs WHERE id = $1" }
+/**
+ * The worker's ack of job $3 and claim of the next, one statement (one
+ * commit): the acked row is claimed, not pending, so the claim's sub-select
+ * cannot see it.
+ */
+const ACK_AND_CLAIM = {
+  name: "raw_ack_claim",
+  text: `WITH done AS (DELETE FROM jobs WHERE id = $3)
+         ${CLAIM.text}`
+}
 
 const connect = async (url: string): Promise<pg.Client> => {
   const { default: pgm } = await import("pg")
@@ -81,11 +92,10 @@ const open = async (url: string): Promise<Session> => {
     const loop = (async () => {
       while (!stopping) {
         notified = false
-        const job = await claim()
-        if (job) {
+        let job = await claim()
+        while (job) {
           onJob(job.payload.n)
-          await ack(job.id)
-          continue
+          job = (await c.query({ ...ACK_AND_CLAIM, values: [QUEUE, worker, job.id] })).rows[0]
         }
         if (notified || stopping) continue
         await new Promise<void>((resolve) => {
@@ -162,8 +172,9 @@ export const contender: PgContender = {
   notes: [
     "`pg` 8 driver, one connection per process (plus one LISTEN connection for a worker), named prepared statements",
     "enqueue = `WITH j AS (INSERT … RETURNING id) SELECT pg_notify(…) FROM j` (one statement, autocommit)",
-    "claim = `UPDATE jobs … WHERE id = (SELECT id … ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *` on a partial index `WHERE state = 'pending'`; ack = `DELETE` by id; two autocommit statements per job",
-    "worker and latency rows: the worker claims until nothing is claimable, then waits on LISTEN/NOTIFY (1 s fallback poll)",
+    "claim = `UPDATE jobs … WHERE id = (SELECT id … ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *` on a partial index `WHERE state = 'pending'`; ack = `DELETE` by id",
+    "worker (drain and latency rows): claim, then after each handler one statement that acks the job and claims the next (`WITH done AS (DELETE …) UPDATE … RETURNING *`, one commit per job) until nothing is claimable, then it waits on LISTEN/NOTIFY (1 s fallback poll)",
+    "claim rows: claim and ack as two autocommit statements (a pull API's claim + ack)",
     "batch of 100 = one `INSERT … SELECT … FROM unnest($2::json[])` with one `pg_notify`",
     "preload = one `INSERT … SELECT generate_series`"
   ]
