@@ -21,6 +21,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as PgClient from "@effect/sql-pg/PgClient"
 import { Config, type ConfigError, Effect, Layer } from "effect"
+import * as importSqliteInternal from "./internal/pg/importSqlite.js"
 import * as internal from "./internal/pg/store.js"
 import type { InvalidOptions } from "./StoreError.js"
 
@@ -43,3 +44,23 @@ export const layerConfig = (
 export const layerFromClient: (
   options?: StoreSettings
 ) => Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> = internal.layerFromClient
+
+export type Imported = importSqliteInternal.Imported
+
+/**
+ * Moves a deployment from a SQLite file to PostgreSQL: copies every job
+ * (pending, scheduled, claimed, dead, with their ids, attempts and claim
+ * tokens), every schedule (with its phase) and every lock row (with its
+ * fencing token) from the SQLite store `filename` into the empty,
+ * migrated PostgreSQL store of `schema` (default `alkstore`), in one
+ * transaction on the `SqlClient` in context (a `PgStore.layer`'s). Stop the
+ * SQLite deployment first. See docs/engines.md.
+ */
+export const importSqlite = (options: {
+  readonly filename: string
+  readonly schema?: string
+}): Effect.Effect<Imported, SqlError | InvalidOptions, SqlClient.SqlClient> =>
+  Effect.flatMap(
+    internal.resolveSettings({ schema: options.schema ?? "alkstore" }),
+    ({ schema }) => importSqliteInternal.importSqlite(options.filename, schema)
+  ).pipe(Effect.withSpan("PgStore.importSqlite"))

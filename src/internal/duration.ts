@@ -13,6 +13,21 @@ export const isInvalid = (value: unknown): value is InvalidOptions => value inst
 export const fromChecked = <A>(value: Checked<A>): Effect.Effect<A, InvalidOptions> =>
   isInvalid(value) ? Effect.fail(value) : Effect.succeed(value)
 
+/** The latest instant a `Date`, and so a `DateTime`, can hold: 8.64e15 ms after the epoch (+275760-09-13). */
+export const maxInstantMillis = 8_640_000_000_000_000
+
+/**
+ * The longest duration any option takes: 50 000 000 days (about 136 900
+ * years), half the instant range. Instants are checked where they are made
+ * (`instantAfter`), but a lease end is made at claim time, later, by storage
+ * (claim time + the job's visibility timeout): with every duration capped at
+ * half the range, it stays representable for any clock before the year
+ * ~138 000.
+ */
+export const maxDurationMillis = maxInstantMillis / 2
+
+const pastRange = "would reach an instant past the latest a DateTime can hold (+275760-09-13)"
+
 const durationPattern =
   /^\s*(-?(?:\d+(?:\.\d+)?|Infinity|NaN))\s+(nanos?|micros?|millis?|seconds?|minutes?|hours?|days?|weeks?)\s*$/
 
@@ -33,7 +48,9 @@ export const checkDuration = (
     if (!Number.isFinite(ms)) return invalid("must be finite")
     if (ms < 0) return invalid("must not be negative")
     const whole = Math.ceil(ms)
-    if (!Number.isSafeInteger(whole)) return invalid("is too large")
+    if (whole > maxDurationMillis) {
+      return invalid("must be at most 50000000 days (every instant it reaches must stay within what a DateTime can hold)")
+    }
     if (positive && whole === 0) return invalid("must be positive")
     return whole
   }
@@ -96,5 +113,15 @@ export const checkInstant = (field: string, input: InstantInput): Checked<number
   if (!Number.isFinite(ms)) return invalid("is not a valid instant")
   if (!Number.isSafeInteger(ms)) return invalid("must be whole epoch milliseconds")
   if (ms < 0) return invalid("must not be before the epoch")
+  if (ms > maxInstantMillis) return invalid("is past the latest instant a DateTime can hold (+275760-09-13)")
   return ms
 }
+
+/** `at + millis`, an instant something will be stored at, when a `DateTime` can hold it. */
+export const checkInstantAfter = (field: string, at: number, millis: number): Checked<number> => {
+  const end = at + millis
+  return end <= maxInstantMillis ? end : new InvalidOptions({ field, reason: pastRange })
+}
+
+export const instantAfter = (field: string, at: number, millis: number): Effect.Effect<number, InvalidOptions> =>
+  Effect.suspend(() => fromChecked(checkInstantAfter(field, at, millis)))

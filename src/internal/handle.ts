@@ -3,7 +3,7 @@ import { Cause, Clock, DateTime, Duration, Effect, Exit, Option } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
-import { optionalDurationMillis } from "./duration.js"
+import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
@@ -11,10 +11,15 @@ import type { PayloadCodec } from "./payload.js"
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
 
-/** A stored row as the contract's `Job`. */
-export const toJob = <A>(row: JobRow, payload: A): Q.Job<A> => ({
+/**
+ * A stored row as the contract's `Job`. `queue` is the caller's own name
+ * where it has one: a name read back from storage is used only because
+ * names are well-formed (checked at every entry point), so it is the same
+ * string that was written.
+ */
+export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> => ({
   id: row.id,
-  queue: row.queue,
+  queue,
   payload,
   state: row.state === "scheduled" ? "pending" : row.state,
   priority: row.priority,
@@ -41,6 +46,8 @@ const errorText = (error: unknown): string | undefined =>
 export interface ClaimHandle<A> extends Q.JobHandle<A> {
   readonly fence: Fence
   readonly row: JobRow
+  /** The name of the queue the claim was made on, as its caller gave it (never read back from the row). */
+  readonly queueName: string
 }
 
 /**
@@ -64,6 +71,7 @@ export const settle = <A, E>(
  * (the closures keep `const { retry } = handle` working).
  */
 export const makeHandles = <A>(
+  queueName: string,
   storage: QueueStorage,
   signal: (count: number) => Effect.Effect<void>,
   codec: PayloadCodec<A>
@@ -73,12 +81,13 @@ export const makeHandles = <A>(
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
+    readonly queueName = queueName
     private view: Q.Job<A> | undefined
     constructor(readonly row: JobRow, readonly payload: A) {
       this.fence = { id: row.id, token: row.claim_token }
     }
     get job(): Q.Job<A> {
-      if (this.view === undefined) this.view = toJob(this.row, this.payload)
+      if (this.view === undefined) this.view = toJob(this.row, this.payload, queueName)
       return this.view
     }
     get ack() {
@@ -98,7 +107,7 @@ export const makeHandles = <A>(
           return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
         }
         const at = yield* now
-        const runAt = at + (explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+        const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
         const retried = yield* storage.retry(fence, runAt, at, text)
         if (retried) yield* signal(1)
         return retried ? "retried" as const : "lost" as const
@@ -108,9 +117,13 @@ export const makeHandles = <A>(
     readonly heartbeat = (extend?: Duration.DurationInput) => {
       const { fence, row } = this
       return Effect.gen(function*() {
-        const extendMillis = (yield* optionalDurationMillis("extend", extend, { positive: true })) ??
-          row.visibility_timeout
-        return yield* storage.heartbeat(fence, (yield* now) + extendMillis)
+        const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
+        const claimedUntil = yield* instantAfter(
+          extendMillis === undefined ? "visibilityTimeout" : "extend",
+          yield* now,
+          extendMillis ?? row.visibility_timeout
+        )
+        return yield* storage.heartbeat(fence, claimedUntil)
       })
     }
   }

@@ -1,16 +1,19 @@
 import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
-import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
-import { durationMillis, optionalDurationMillis } from "./duration.js"
+import { LockLost, LockUnavailable } from "../StoreError.js"
+import { durationMillis, instantAfter, optionalDurationMillis } from "./duration.js"
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
+import { validateText } from "./options.js"
 
-const checkOwner = (owner: string) =>
-  typeof owner === "string" && owner.length > 0
-    ? Effect.succeed(owner)
-    : Effect.fail(new InvalidOptions({ field: "owner", reason: "must be a non-empty string" }))
+const checkOwner = (owner: string) => validateText("owner", owner)
 
-/** Takes `name` for `owner` (names are validated by the caller). */
+/** A lock ttl as given at an entry point: a duration whose lease end, from now, a `DateTime` can hold. */
+const ttlFromNow = (ttl: Duration.DurationInput) =>
+  Effect.flatMap(durationMillis("ttl", ttl, { positive: true }), (millis) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.as(instantAfter("ttl", now, millis), millis)))
+
+/** Takes `name` for `owner` (names are validated by the caller; the ttl's lease end is in range). */
 export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>
   Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
@@ -24,7 +27,7 @@ export const acquireLock = (storage: LockStorage, name: string, owner: string, t
         Effect.gen(function*() {
           const millis = (yield* optionalDurationMillis("ttl", ttl, { positive: true })) ?? ttlMillis
           const at = yield* Clock.currentTimeMillis
-          return yield* storage.renew(name, owner, row.token, at, at + millis)
+          return yield* storage.renew(name, owner, row.token, at, yield* instantAfter("ttl", at, millis))
         }),
       release: Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at))
     }))
@@ -53,7 +56,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
   const acquire: L.LocksShape["acquire"] = (name, opts) =>
     Effect.gen(function*() {
       yield* validateName(name)
-      const ttl = yield* durationMillis("ttl", opts.ttl, { positive: true })
+      const ttl = yield* ttlFromNow(opts.ttl)
       const owner = yield* checkOwner(opts.owner ?? defaultOwner)
       return yield* acquireLock(storage, name, owner, ttl)
     }).pipe(Effect.withSpan("Locks.acquire", { attributes: { name } }))
@@ -61,7 +64,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
   const withLock: L.LocksShape["withLock"] = (name, ttl, effect) =>
     Effect.gen(function*() {
       yield* validateName(name)
-      const ttlMillis = yield* durationMillis("ttl", ttl, { positive: true })
+      const ttlMillis = yield* ttlFromNow(ttl)
       const owner = `${defaultOwner}:withLock:${++calls}`
       return yield* Effect.acquireUseRelease(
         Effect.flatMap(

@@ -4,10 +4,32 @@ import { InvalidName, ReservedName } from "../StoreError.js"
 /** Every storage object and engine-derived name carries this prefix. */
 export const reservedPrefix = "__alkstore"
 
+/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/** The fallback rule on its own, so a test can hold it to the native one. */
+export const isWellFormedByPattern = (text: string): boolean => !loneSurrogate.test(text)
+
+const nativeIsWellFormed = (String.prototype as { isWellFormed?: (this: string) => boolean }).isWellFormed
+
+/**
+ * Whether `text` is well-formed UTF-16 (no lone surrogate): only then is it
+ * stored and read back as the same string (SQLite, like PostgreSQL, keeps
+ * UTF-8, and a lone surrogate comes back as U+FFFD). `String.prototype.isWellFormed`
+ * where the runtime has it (not in every Node 20 lib typing), else the same rule as a regex.
+ */
+export const isWellFormed: (text: string) => boolean = nativeIsWellFormed !== undefined
+  ? (text) => nativeIsWellFormed.call(text)
+  : isWellFormedByPattern
+
+/** The reason a string the store keeps and compares is refused when it is not well-formed. */
+export const notWellFormedReason = "must be well-formed UTF-16 (it has a lone surrogate, which storage cannot keep)"
+
 /** The namespace rule shared by queue, lock, schedule and outbox names (CONTRACT §2). */
 export const checkName = (name: string): InvalidName | ReservedName | undefined => {
   if (typeof name !== "string") return new InvalidName({ name: String(name), reason: "must be a string" })
   if (name.length === 0) return new InvalidName({ name, reason: "must not be empty" })
+  if (!isWellFormed(name)) return new InvalidName({ name, reason: notWellFormedReason })
   if (name.startsWith(reservedPrefix)) return new ReservedName({ name })
   return undefined
 }

@@ -3,12 +3,14 @@ import { Effect } from "effect"
 import { InvalidOptions } from "../StoreError.js"
 import {
   checkInstant,
+  checkInstantAfter,
   type Checked,
   checkOptionalDuration,
   fromChecked,
   type InstantInput,
   isInvalid
 } from "./duration.js"
+import { isWellFormed, notWellFormedReason } from "./names.js"
 
 /** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
 export const queueDefaults: Stamp = {
@@ -63,6 +65,22 @@ export const checkSafeInteger = (field: string, value: number | undefined, min?:
 export const safeInteger = (field: string, value: number | undefined, min?: number) =>
   Effect.suspend(() => fromChecked(checkSafeInteger(field, value, min)))
 
+/**
+ * A string the store keeps and compares (an idempotency key, a worker id, a
+ * lock owner): non-empty and well-formed, for the same reason as names.
+ */
+export const checkText = (field: string, value: string): InvalidOptions | undefined => {
+  if (typeof value !== "string" || value.length === 0) {
+    return new InvalidOptions({ field, reason: "must be a non-empty string" })
+  }
+  return isWellFormed(value) ? undefined : new InvalidOptions({ field, reason: notWellFormedReason })
+}
+
+export const validateText = (field: string, value: string): Effect.Effect<string, InvalidOptions> => {
+  const error = checkText(field, value)
+  return error === undefined ? Effect.succeed(value) : Effect.fail(error)
+}
+
 /** A handle's defaults over the base defaults (queue or outbox). */
 export const resolveQueueOptions = (
   base: Stamp,
@@ -97,20 +115,29 @@ export interface ResolvedEnqueue {
   readonly key: string | undefined
 }
 
-/** Validates `EnqueueOpts` and stamps them over the handle's defaults at `now`. */
+/**
+ * Validates `EnqueueOpts` and stamps them over the handle's defaults at
+ * `now`. Every instant the job is written with (runAt, expiry) and its first
+ * lease end (runAt + visibility timeout) must be one a `DateTime` can hold;
+ * later lease ends are kept in range by the duration cap (`maxDurationMillis`).
+ */
 export const checkEnqueue = (
   stamp: Stamp,
   options: EnqueueOptionsInput | undefined,
   now: number
 ): Checked<ResolvedEnqueue> => {
   if (options === undefined) {
+    const lease = checkInstantAfter("visibilityTimeout", now, stamp.visibilityTimeoutMillis)
+    if (isInvalid(lease)) return lease
+    const expiresAt = stamp.expiresMillis === undefined ? undefined : checkInstantAfter("expires", now, stamp.expiresMillis)
+    if (isInvalid(expiresAt)) return expiresAt
     return {
       priority: 0,
       runAt: now,
       maxAttempts: stamp.maxAttempts,
       visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
       backoffBaseMillis: stamp.backoffBaseMillis,
-      expiresAt: stamp.expiresMillis === undefined ? undefined : now + stamp.expiresMillis,
+      expiresAt,
       key: undefined
     }
   }
@@ -125,16 +152,22 @@ export const checkEnqueue = (
   }
   const delay = checkOptionalDuration("delay", options.delay)
   if (isInvalid(delay)) return delay
-  const runAt = options.runAt !== undefined ? checkInstant("runAt", options.runAt) : now + (delay ?? 0)
+  const runAtField = options.runAt !== undefined ? "runAt" : delay !== undefined ? "delay" : "visibilityTimeout"
+  const runAt = options.runAt !== undefined
+    ? checkInstant("runAt", options.runAt)
+    : checkInstantAfter("delay", now, delay ?? 0)
   if (isInvalid(runAt)) return runAt
-  if (options.key !== undefined && (typeof options.key !== "string" || options.key.length === 0)) {
-    return new InvalidOptions({ field: "key", reason: "must be a non-empty string" })
-  }
+  const keyError = options.key === undefined ? undefined : checkText("key", options.key)
+  if (keyError !== undefined) return keyError
   const expiresAfter = expires ?? stamp.expiresMillis
-  const expiresAt = expiresAfter === undefined ? undefined : now + expiresAfter
+  const expiresAt = expiresAfter === undefined ? undefined : checkInstantAfter("expires", now, expiresAfter)
+  if (isInvalid(expiresAt)) return expiresAt
   if (expiresAt !== undefined && expiresAt <= runAt) {
     return new InvalidOptions({ field: "expires", reason: "the job would expire at or before it becomes due" })
   }
+  // The first lease's end; named after what put the job so late (its runAt, its delay, or the clock itself).
+  const lease = checkInstantAfter(runAtField, runAt, stamp.visibilityTimeoutMillis)
+  if (isInvalid(lease)) return lease
   return {
     priority: priority ?? 0,
     runAt,

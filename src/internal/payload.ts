@@ -16,8 +16,30 @@ export const jsonProblem = (
   isPlainJson(value, options.dropUndefinedProperties === true, []) ? undefined : describeProblem(value, options)
 
 /**
+ * How deep containers may nest in a payload. The checks here, the engines'
+ * JSON serialization and a Schema's own walk all recurse, and a payload deep
+ * enough to exhaust the stack would escape as a `RangeError`: past this
+ * depth it is `InvalidPayload` instead, well inside any stack. Real payloads
+ * are a few levels deep.
+ */
+export const maxPayloadDepth = 1000
+
+/** `-0` is the one finite number JSON changes (it comes back as `0`). */
+const isJsonNumber = (n: number) => n !== 0 ? Number.isFinite(n) : 1 / n > 0
+
+/**
+ * An array JSON carries exactly: a plain `Array` (not a subclass) whose own
+ * keys are its indices alone — JSON drops any other property, and symbols.
+ * (Holes are found by the element walk.)
+ */
+const isPlainArray = (a: Array<unknown>) =>
+  Object.getPrototypeOf(a) === Array.prototype && Object.keys(a).length === a.length &&
+  Object.getOwnPropertySymbols(a).length === 0
+
+/**
  * `jsonProblem`'s answer for the common case, on every enqueue: no path
- * strings, no Set (payloads are shallow: the ancestors are a short array).
+ * strings, no Set (payloads are shallow: the ancestors are a short array,
+ * whose length is the nesting depth).
  */
 const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object>): boolean => {
   switch (typeof v) {
@@ -25,15 +47,16 @@ const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object
     case "boolean":
       return true
     case "number":
-      return Number.isFinite(v)
+      return isJsonNumber(v)
     case "object":
       break
     default:
       return false
   }
   if (v === null) return true
-  if (ancestors.includes(v)) return false
+  if (ancestors.length >= maxPayloadDepth || ancestors.includes(v)) return false
   if (Array.isArray(v)) {
+    if (!isPlainArray(v)) return false
     ancestors.push(v)
     for (let i = 0; i < v.length; i++) {
       if (!(i in v) || !isPlainJson(v[i], dropUndefined, ancestors)) return false
@@ -53,6 +76,16 @@ const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object
   return true
 }
 
+const arrayProblem = (a: Array<unknown>, path: string): string | undefined => {
+  if (Object.getPrototypeOf(a) !== Array.prototype) {
+    const name = (Object.getPrototypeOf(a) as { constructor?: { name?: string } } | null)?.constructor?.name ?? "unknown"
+    return `${path} is an instance of ${name} (use a plain array, or a Schema-typed queue)`
+  }
+  if (Object.getOwnPropertySymbols(a).length > 0) return `${path} has symbol keys`
+  const extra = Object.keys(a).find((key) => !(/^(0|[1-9][0-9]*)$/.test(key) && Number(key) < a.length))
+  return extra === undefined ? undefined : `${path} carries the property ${JSON.stringify(extra)} (JSON drops it)`
+}
+
 /** Where and why `value` is not plain JSON, with its path (only once the quick check said no). */
 const describeProblem = (
   value: unknown,
@@ -65,6 +98,7 @@ const describeProblem = (
       case "boolean":
         return undefined
       case "number":
+        if (Object.is(v, -0)) return `${path} is -0 (JSON would read it back as 0)`
         return Number.isFinite(v) ? undefined : `${path} is ${v} (not representable in JSON)`
       case "undefined":
         return `${path} is undefined`
@@ -78,7 +112,11 @@ const describeProblem = (
     if (v === null) return undefined
     const obj = v as object
     if (seen.has(obj)) return `${path} is a cycle`
+    // No path here: it would be a thousand steps long.
+    if (seen.size >= maxPayloadDepth) return `payload nests arrays and objects deeper than ${maxPayloadDepth} levels`
     if (Array.isArray(obj)) {
+      const problem = arrayProblem(obj, path)
+      if (problem !== undefined) return problem
       seen.add(obj)
       for (let i = 0; i < obj.length; i++) {
         if (!(i in obj)) return `${path}[${i}] is a hole (undefined)`
@@ -107,10 +145,27 @@ const describeProblem = (
   return visit(value, "payload")
 }
 
+/**
+ * What a walk over a payload threw, as the payload's problem: a stack
+ * exhausted by depth (`RangeError`; the depth limit keeps the checks clear
+ * of it, but a Schema's own walk, or an enqueue from a deep stack, may still
+ * meet it), or a throwing getter. Never a defect: the payload is the caller's.
+ */
+const thrownProblem = (cause: unknown, doing: string) =>
+  new InvalidPayload({
+    reason: cause instanceof RangeError
+      ? `payload is nested too deeply to ${doing} (${cause.message})`
+      : `could not ${doing} the payload: ${String(cause)}`
+  })
+
 /** Checks and serializes a payload for storage. */
 export const checkJson = (value: unknown): string | InvalidPayload => {
-  const problem = jsonProblem(value)
-  return problem === undefined ? JSON.stringify(value) : new InvalidPayload({ reason: problem })
+  try {
+    const problem = jsonProblem(value)
+    return problem === undefined ? JSON.stringify(value) : new InvalidPayload({ reason: problem })
+  } catch (cause) {
+    return thrownProblem(cause, "serialize")
+  }
 }
 
 export const encodeJson = (value: unknown): Effect.Effect<string, InvalidPayload> =>
@@ -144,32 +199,47 @@ export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCo
   const decodeSchema = Schema.decodeUnknownEither(schema)
   const schemaFailure = (error: ParseResult.ParseError) =>
     new InvalidPayload({ reason: ParseResult.TreeFormatter.formatErrorSync(error) })
+  const encode = (payload: A): string | InvalidPayload => {
+    const encoded = encodeSchema(payload)
+    if (Either.isLeft(encoded)) return schemaFailure(encoded.left)
+    const strict = checkJson(encoded.right)
+    if (typeof strict === "string") return strict
+    // An encoded object property that is `undefined` (say `Schema.optional`'s
+    // `{ cc: undefined }`) is dropped by JSON; that is faithful when the
+    // schema decodes the stored form, which is checked here so a claim never
+    // meets a row its own queue wrote and cannot read.
+    if (jsonProblem(encoded.right, { dropUndefinedProperties: true }) !== undefined) return strict
+    const stored = JSON.stringify(encoded.right)
+    const decoded = decodeSchema(JSON.parse(stored))
+    return Either.isLeft(decoded)
+      ? new InvalidPayload({
+        reason: `${strict.reason}, and the schema cannot decode it without: ${
+          ParseResult.TreeFormatter.formatErrorSync(decoded.left)
+        }`
+      })
+      : stored
+  }
+  const decode = (stored: string): A | InvalidPayload => {
+    const json = parseStored(stored)
+    if (json instanceof InvalidPayload) return json
+    const decoded = decodeSchema(json)
+    return Either.isLeft(decoded) ? schemaFailure(decoded.left) : decoded.right
+  }
+  // The Schema walks the payload recursively: what it throws is the payload's problem, not a defect.
   return {
     encode: (payload) => {
-      const encoded = encodeSchema(payload)
-      if (Either.isLeft(encoded)) return schemaFailure(encoded.left)
-      const strict = checkJson(encoded.right)
-      if (typeof strict === "string") return strict
-      // An encoded object property that is `undefined` (say `Schema.optional`'s
-      // `{ cc: undefined }`) is dropped by JSON; that is faithful when the
-      // schema decodes the stored form, which is checked here so a claim never
-      // meets a row its own queue wrote and cannot read.
-      if (jsonProblem(encoded.right, { dropUndefinedProperties: true }) !== undefined) return strict
-      const stored = JSON.stringify(encoded.right)
-      const decoded = decodeSchema(JSON.parse(stored))
-      return Either.isLeft(decoded)
-        ? new InvalidPayload({
-          reason: `${strict.reason}, and the schema cannot decode it without: ${
-            ParseResult.TreeFormatter.formatErrorSync(decoded.left)
-          }`
-        })
-        : stored
+      try {
+        return encode(payload)
+      } catch (cause) {
+        return thrownProblem(cause, "encode")
+      }
     },
     decode: (stored) => {
-      const json = parseStored(stored)
-      if (json instanceof InvalidPayload) return json
-      const decoded = decodeSchema(json)
-      return Either.isLeft(decoded) ? schemaFailure(decoded.left) : decoded.right
+      try {
+        return decode(stored)
+      } catch (cause) {
+        return thrownProblem(cause, "decode")
+      }
     }
   }
 }

@@ -14,16 +14,14 @@ import {
   queueDefaults,
   type ResolvedEnqueue,
   resolveQueueOptions,
-  type Stamp
+  type Stamp,
+  validateText
 } from "./options.js"
 import { type ClaimHandle, makeHandles, settle, storedJob } from "./handle.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import type { WakeReason } from "./wake.js"
 
-const checkWorker = (workerId: string) =>
-  typeof workerId === "string" && workerId.length > 0
-    ? Effect.void
-    : Effect.fail(new InvalidOptions({ field: "workerId", reason: "must be a non-empty string" }))
+const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
 /** The fiber's clock, read synchronously (TestClock included). */
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
@@ -47,7 +45,7 @@ export const makeQueue = <A>(
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
 
-  const { toHandles } = makeHandles(storage, signal, codec)
+  const { toHandles } = makeHandles(name, storage, signal, codec)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
@@ -240,9 +238,10 @@ export const makeQueue = <A>(
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
         const fences: Array<Fence> = []
         for (const handle of handles) {
-          // The row, not `handle.job`: a batch acked unread never builds its jobs.
-          const { fence, row } = handle as Partial<ClaimHandle<A>>
-          if (fence === undefined || row?.queue !== name) {
+          // The handle's own queue name as its caller gave it, not one read back from the row
+          // (nor `handle.job`: a batch acked unread never builds its jobs).
+          const { fence, queueName } = handle as Partial<ClaimHandle<A>>
+          if (fence === undefined || queueName !== name) {
             return Effect.fail(
               new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
             )

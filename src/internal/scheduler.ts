@@ -53,6 +53,8 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
         key: undefined
       }))
       if (jobs.length > 0) yield* engine.queues.insert(jobs)
+      // The row's own name (and target queue) as read back: safe only because every name is
+      // well-formed UTF-16 (checked at `schedule`), so it is the very string that was written.
       yield* engine.schedules.advance(schedule.name, next)
       fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + jobs.length)
     }

@@ -68,6 +68,31 @@ export const locksContract = (engine: EngineUnderTest) =>
           expect(yield* first.renew()).toBe(false)
         })))
 
+      it.effect("re-entry with a shorter ttl never moves expiresAt earlier; the handle carries the real lease end", () =>
+        run(Effect.gen(function*() {
+          const first = yield* mustAcquire("r", { ttl: "60 seconds", owner: "a" })
+          yield* advance("1 second")
+          const again = yield* mustAcquire("r", { ttl: "1 second", owner: "a" })
+          expect(again.token).toBe(first.token)
+          expect(ms(again.expiresAt)).toBe(60_000)
+          expect((yield* storedRow("r"))!.expires_at).toBe(60_000)
+          // nobody else gets in before the first lease ends
+          yield* advance("1 second")
+          yield* refused("r", { ttl: "1 second", owner: "b" })
+          // the short handle's renewals keep the shared lease too
+          expect(yield* again.renew()).toBe(true)
+          expect(yield* again.renew("1 millis")).toBe(true)
+          expect((yield* storedRow("r"))!.expires_at).toBe(60_000)
+          yield* advance(57_999)
+          yield* refused("r", { ttl: "1 second", owner: "b" })
+          // a longer re-entry extends it
+          const longer = yield* mustAcquire("r", { ttl: "10 seconds", owner: "a" })
+          expect(ms(longer.expiresAt)).toBe(69_999)
+          yield* advance(10_000)
+          const b = yield* mustAcquire("r", { ttl: "1 second", owner: "b" })
+          expect(b.token).toBeGreaterThan(first.token)
+        })))
+
       it.effect("every new tenure gets a strictly greater token, the same owner after a lapse included", () =>
         run(Effect.gen(function*() {
           const tokens: Array<number> = []

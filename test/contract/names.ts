@@ -1,13 +1,38 @@
+/**
+ * The namespace rule (CONTRACT §2) at every entry point, and the other
+ * strings the store keeps and compares (idempotency keys, worker ids, lock
+ * owners): each must be well-formed UTF-16, since a lone surrogate is stored
+ * as one byte sequence and read back as another (U+FFFD).
+ */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
-import { Locks, Queues } from "../../src/index.js"
+import { Effect, Option, Stream } from "effect"
+import { Locks, Outbox, Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
+import { jobCount, lockCount, mustClaim, queueOf, type StoreServices } from "./support.js"
+
+const loneHigh = "jobs-\uD800"
+const loneLow = "\uDC00-jobs"
+const reversedPair = "x\uDC00\uD800y"
+const notWellFormed = [loneHigh, loneLow, reversedPair, "\uD83D"] as const
+const emoji = "inbox-📬-\u{1F680}"
+
+const scheduleCount = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.map(sql<{ n: number }>`SELECT count(*) AS n FROM __alkstore_scheduler_tasks`, (rows) => Number(rows[0]!.n)))
+
+/** Nothing of any mechanism was written. */
+const nothingWritten = Effect.gen(function*() {
+  expect(yield* jobCount).toBe(0)
+  expect(yield* lockCount).toBe(0)
+  expect(yield* scheduleCount).toBe(0)
+})
 
 export const namesContract = (engine: EngineUnderTest) =>
   describe(`names — ${engine.name}`, () => {
+    const run = <A, E>(effect: Effect.Effect<A, E, StoreServices>) => Effect.provide(effect, engine.store())
+
     it.effect("empty and reserved queue names are rejected before storage", () =>
-      Effect.gen(function*() {
+      run(Effect.gen(function*() {
         const queues = yield* Queues.Queues
         const empty = yield* Effect.flip(queues.queue(""))
         expect(empty._tag).toBe("InvalidName")
@@ -15,8 +40,91 @@ export const namesContract = (engine: EngineUnderTest) =>
         expect(reserved).toMatchObject({ _tag: "ReservedName", name: "__alkstore_x" })
         const locks = yield* Locks.Locks
         expect((yield* Effect.flip(locks.acquire("", { ttl: "1 second" })))._tag).toBe("InvalidName")
-        const sql = yield* SqlClient.SqlClient
-        const rows = yield* sql<{ n: number }>`SELECT count(*) AS n FROM __alkstore_jobs`
-        expect(rows[0]!.n).toBe(0)
-      }).pipe(Effect.provide(engine.store())))
+        expect(yield* jobCount).toBe(0)
+      })))
+
+    it.effect("a name with a lone surrogate is InvalidName at every entry point, and nothing is written", () =>
+      run(Effect.gen(function*() {
+        const queues = yield* Queues.Queues
+        const locks = yield* Locks.Locks
+        const scheduler = yield* Scheduler.Scheduler
+        const outboxes = yield* Outbox.Outbox
+        for (const name of notWellFormed) {
+          const invalid = { _tag: "InvalidName", name }
+          expect(yield* Effect.flip(queues.queue(name)), `queue ${JSON.stringify(name)}`).toMatchObject(invalid)
+          expect(yield* Effect.flip(locks.acquire(name, { ttl: "1 minute" }))).toMatchObject(invalid)
+          expect(yield* Effect.flip(locks.withLock(name, "1 minute", Effect.void))).toMatchObject(invalid)
+          expect(yield* Effect.flip(scheduler.schedule(name, "@every 1s", "target", {}))).toMatchObject(invalid)
+          // the schedule's target queue is a name too
+          expect(yield* Effect.flip(scheduler.schedule("tick", "@every 1s", name, {}))).toMatchObject(invalid)
+          expect(yield* Effect.flip(scheduler.unschedule(name))).toMatchObject(invalid)
+          expect(yield* Effect.flip(outboxes.outbox(name))).toMatchObject(invalid)
+        }
+        yield* nothingWritten
+      })))
+
+    it.effect("keys, worker ids and lock owners with a lone surrogate are InvalidOptions, nothing written", () =>
+      run(Effect.gen(function*() {
+        const q = yield* queueOf("q")
+        const locks = yield* Locks.Locks
+        const outbox = yield* Effect.flatMap(Outbox.Outbox, (outboxes) => outboxes.outbox("o"))
+        for (const text of notWellFormed) {
+          const field = (name: string) => ({ _tag: "InvalidOptions", field: name })
+          expect(yield* Effect.flip(q.enqueue("x", { key: text }))).toMatchObject(field("key"))
+          expect(yield* Effect.flip(q.enqueueBatch(["x"], { key: text }))).toMatchObject(field("key"))
+          expect(yield* Effect.flip(outbox.enqueue("x", { key: text }))).toMatchObject(field("key"))
+          expect(yield* Effect.flip(locks.acquire("l", { ttl: "1 minute", owner: text }))).toMatchObject(field("owner"))
+        }
+        expect(yield* jobCount).toBe(0)
+        expect(yield* lockCount).toBe(0)
+        yield* q.enqueue("x")
+        yield* outbox.enqueue("x")
+        for (const text of notWellFormed) {
+          const workerId = { _tag: "InvalidOptions", field: "workerId" }
+          expect(yield* Effect.flip(q.claim(text))).toMatchObject(workerId)
+          expect(yield* Effect.flip(q.claimBatch(text, 2))).toMatchObject(workerId)
+          expect(yield* Effect.flip(q.take(text))).toMatchObject(workerId)
+          expect(yield* Effect.flip(Stream.runDrain(q.stream(text)))).toMatchObject(workerId)
+          expect(yield* Effect.flip(q.process(text, () => Effect.void))).toMatchObject(workerId)
+          expect(yield* Effect.flip(outbox.runOnce(text, () => Effect.void))).toMatchObject(workerId)
+        }
+        // nothing was claimed
+        expect((yield* q.stats).pending).toBe(1)
+        expect((yield* outbox.stats).pending).toBe(1)
+      })))
+
+    it.effect("a well-formed non-BMP name round-trips everywhere, and ackAll takes its queue's own handles", () =>
+      run(Effect.gen(function*() {
+        const q = yield* queueOf(emoji)
+        const ids = yield* q.enqueueBatch([1, 2, 3])
+        const keyed = yield* q.enqueue(4, { key: `key-${emoji}` })
+        expect(keyed).not.toBe(ids[2])
+        expect(yield* q.enqueue(5, { key: `key-${emoji}` })).toBe(keyed)
+        const first = yield* mustClaim(q, `worker-${emoji}`)
+        expect(first.job.queue).toBe(emoji)
+        expect(Option.getOrUndefined(first.job.workerId)).toBe(`worker-${emoji}`)
+        expect(Option.getOrUndefined((yield* q.getJob(first.job.id)).pipe(Option.map((job) => job.queue)))).toBe(emoji)
+        const rest = yield* q.claimBatch("w", 10)
+        expect(rest).toHaveLength(3)
+        expect(yield* q.ackAll([first, ...rest])).toEqual([true, true, true, true])
+        expect(yield* jobCount).toBe(0)
+
+        const locks = yield* Locks.Locks
+        const lock = Option.getOrThrow(yield* locks.acquire(emoji, { ttl: "1 minute", owner: `owner-${emoji}` }))
+        expect(lock).toMatchObject({ name: emoji, owner: `owner-${emoji}` })
+        expect(yield* lock.renew()).toBe(true)
+        expect(yield* lock.release).toBe(true)
+
+        const scheduler = yield* Scheduler.Scheduler
+        const registered = yield* scheduler.schedule(`every-${emoji}`, "@every 1s", emoji, { to: emoji })
+        expect(registered).toMatchObject({ name: `every-${emoji}`, queue: emoji, payload: { to: emoji } })
+        expect(yield* scheduler.unschedule(`every-${emoji}`)).toBe(true)
+
+        const outbox = yield* Effect.flatMap(Outbox.Outbox, (outboxes) => outboxes.outbox(emoji))
+        yield* outbox.enqueue("hook")
+        const delivered: Array<unknown> = []
+        expect(yield* outbox.runOnce("w", (job) => Effect.sync(() => delivered.push(job.payload)))).toBe(true)
+        expect(delivered).toEqual(["hook"])
+        expect(yield* jobCount).toBe(0)
+      })))
   })

@@ -159,16 +159,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect(yield* fresh.ack).toBe(true)
         })))
 
-      it.effect("an expired job requeued still never runs past its expiry", () =>
-        run(Effect.gen(function*() {
-          const q = yield* queueOf("requeue")
-          const id = yield* q.enqueue("x", { expires: "1 second" })
-          yield* advance("1 second")
-          yield* claimsNothing(q)
-          expect(yield* q.requeueDead(id)).toBe(true)
-          yield* claimsNothing(q)
-          expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("expired")
-        })))
+      // requeueDead of an expired job: see queues-expiry.ts
 
       it.effect("purgeDead(olderThan) deletes the queue's dead jobs that died more than olderThan ago; none = all", () =>
         run(Effect.gen(function*() {

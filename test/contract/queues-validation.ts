@@ -3,14 +3,30 @@
  * error, raised before storage — nothing is written on rejection.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Option } from "effect"
-import { Queues } from "../../src/index.js"
+import { DateTime, Duration, Effect, Option, Schema } from "effect"
+import { Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import { jobCount, mustClaim, mustGet, queueOf, type StoreServices } from "./support.js"
 
 class Point {
   constructor(readonly x: number) {}
 }
+
+class Points extends Array<number> {}
+
+/** `depth` levels of `wrap` around a number. */
+const nested = (depth: number, wrap: (inner: unknown) => unknown): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < depth; i++) value = wrap(value)
+  return value
+}
+
+interface Tree {
+  readonly child: Tree | null
+}
+const Tree: Schema.Schema<Tree> = Schema.Struct({
+  child: Schema.NullOr(Schema.suspend((): Schema.Schema<Tree> => Tree))
+})
 
 export const queuesValidationContract = (engine: EngineUnderTest) =>
   describe(`queues: validation — ${engine.name}`, () => {
@@ -195,11 +211,26 @@ export const queuesValidationContract = (engine: EngineUnderTest) =>
         ["nested class instance", { p: [new Point(2)] }],
         ["boxed string", { s: new String("x") }] // eslint-disable-line no-new-wrappers
       ]
+      // JSON would change these silently: exact round-trip is the rule
+      const changedByJson: ReadonlyArray<readonly [string, unknown]> = [
+        ["-0", -0],
+        ["nested -0", { x: [1, -0] }],
+        ["an array with an extra property", Object.assign([1, 2], { extra: true })],
+        ["a nested array with an extra property", { list: Object.assign([1], { note: "x" }) }],
+        ["an array with a symbol key", Object.assign([1], { [Symbol("s")]: 1 })],
+        ["an Array subclass", { list: Points.from([1, 2]) }]
+      ]
+      // nested past what a recursive check (or JSON.stringify) can walk
+      const tooDeep: ReadonlyArray<readonly [string, unknown]> = [
+        ["objects nested 5000 deep", nested(5000, (inner) => ({ a: inner }))],
+        ["arrays nested 5000 deep", nested(5000, (inner) => [inner])],
+        ["nested 100000 deep", nested(100_000, (inner) => [inner])]
+      ]
 
-      it.effect("every payload JSON cannot carry faithfully is InvalidPayload and writes nothing", () =>
-        run(Effect.gen(function*() {
+      const rejectsAll = (payloads: ReadonlyArray<readonly [string, unknown]>) =>
+        Effect.gen(function*() {
           const q = yield* queueOf("q")
-          for (const [label, payload] of cases) {
+          for (const [label, payload] of payloads) {
             const error = yield* Effect.flip(q.enqueue(payload))
             expect(error._tag, label).toBe("InvalidPayload")
             expect(typeof (error as { reason?: unknown }).reason, label).toBe("string")
@@ -207,6 +238,52 @@ export const queuesValidationContract = (engine: EngineUnderTest) =>
             expect(batchError._tag, label).toBe("InvalidPayload")
           }
           expect(yield* jobCount).toBe(0)
+        })
+
+      it.effect("every payload JSON cannot carry faithfully is InvalidPayload and writes nothing", () =>
+        run(rejectsAll(cases)))
+
+      it.effect("-0, arrays with extra properties or symbol keys and Array subclasses are InvalidPayload (exact round-trip)", () =>
+        run(rejectsAll(changedByJson)))
+
+      it.effect("a payload nested 5000 deep or more is InvalidPayload, not a RangeError, and writes nothing", () =>
+        run(rejectsAll(tooDeep)))
+
+      it.effect("a deep payload is InvalidPayload on schedule and on Schema-typed queues too, nothing written", () =>
+        run(Effect.gen(function*() {
+          const scheduler = yield* Scheduler.Scheduler
+          const deep = nested(5000, (inner) => ({ a: inner }))
+          expect((yield* Effect.flip(scheduler.schedule("s", "@every 1s", "q", deep)))._tag).toBe("InvalidPayload")
+          expect((yield* Effect.flip(scheduler.schedule("s", "@every 1s", "q", -0)))._tag).toBe("InvalidPayload")
+          const unknown = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("typed", { schema: Schema.Unknown }))
+          expect((yield* Effect.flip(unknown.enqueue(deep)))._tag).toBe("InvalidPayload")
+          const trees = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("trees", { schema: Tree }))
+          for (const depth of [5000, 100_000]) {
+            const tree = nested(depth, (inner) => ({ child: inner })) as { child: unknown }
+            let leaf = tree
+            while (leaf.child !== 1) leaf = leaf.child as { child: unknown }
+            leaf.child = null
+            const error = yield* Effect.flip(trees.enqueue(tree as Tree))
+            expect(error._tag, `depth ${depth}`).toBe("InvalidPayload")
+          }
+          expect(yield* jobCount).toBe(0)
+          // a reasonably deep tree is fine, both ways
+          const shallow = nested(50, (inner) => ({ child: inner })) as { child: unknown }
+          let leaf = shallow
+          while (leaf.child !== 1) leaf = leaf.child as { child: unknown }
+          leaf.child = null
+          yield* trees.enqueue(shallow as Tree)
+          expect((yield* mustClaim(trees, "w")).job.payload).toEqual(shallow)
+        })))
+
+      it.effect("0, plain arrays and moderately nested payloads round-trip exactly", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("q")
+          const payload = { zero: 0, list: [0, 1.5, -2], deep: nested(100, (inner) => [inner]) }
+          const id = yield* q.enqueue(payload)
+          const job = yield* mustGet(q, id)
+          expect(job.payload).toEqual(payload)
+          expect(Object.is((job.payload as { zero: number }).zero, 0)).toBe(true)
         })))
 
       it.effect("a shared (non-cyclic) reference is fine", () =>

@@ -13,8 +13,8 @@ import { decoded, toLockRow } from "./rows.js"
 const statements = (s: string, n: Notifier) => {
   const locks = `${s}.__alkstore_locks`
   return {
-    // Free (lapsed) or re-entrant for the same owner; a new tenure bumps the token.
-    // Re-entry never moves the expiry earlier.
+    // Free (lapsed) or re-entrant for the same owner; a new tenure bumps the token. Re-entry
+    // shares the tenure's lease, so it only ever extends it (never moves expires_at earlier).
     acquire: `INSERT INTO ${locks} AS l (name, owner, token, expires_at) VALUES ($1, $2, 1, $3::bigint)
       ON CONFLICT (name) DO UPDATE SET
         token = CASE WHEN l.owner = excluded.owner AND l.expires_at > $4::bigint THEN l.token ELSE l.token + 1 END,
@@ -23,7 +23,8 @@ const statements = (s: string, n: Notifier) => {
         owner = excluded.owner
       WHERE l.expires_at <= $4::bigint OR l.owner = excluded.owner
       RETURNING token, expires_at`,
-    renew: `UPDATE ${locks} SET expires_at = $1::bigint
+    // A renewal extends the tenure's lease, never shortens it (as re-entry).
+    renew: `UPDATE ${locks} SET expires_at = greatest(expires_at, $1::bigint)
       WHERE name = $2 AND owner = $3 AND token = $4::bigint AND expires_at > $5::bigint RETURNING 1`,
     release: `WITH w AS (UPDATE ${locks} SET expires_at = 0
         WHERE name = $1 AND owner = $2 AND token = $3::bigint AND expires_at > $4::bigint RETURNING name AS topic)

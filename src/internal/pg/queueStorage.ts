@@ -29,6 +29,13 @@ export const queueStatements = (s: string, n: Notifier) => {
     worker_id = CASE WHEN ${gone} THEN NULL ELSE $2::text END,
     attempts = CASE WHEN ${gone} THEN j.attempts ELSE j.attempts + 1 END,
     claim_token = CASE WHEN ${gone} THEN j.claim_token ELSE j.claim_token + 1 END`
+  // When a live job counts as expired at $1 and is swept to dead (as on SQLite, one rule for
+  // maintenance, a keyed insert meeting the key's holder and requeueDead meeting it): its expiry
+  // passed and it is not a claim in flight.
+  const expiredAt = `expires_at IS NOT NULL AND expires_at <= $1::bigint AND state <> 'dead'
+      AND (state <> 'claimed' OR claimed_until <= $1::bigint)`
+  const sweepExpired = `UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
+      claimed_until = NULL, worker_id = NULL`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
       created_at)`
@@ -51,6 +58,8 @@ export const queueStatements = (s: string, n: Notifier) => {
         RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(11)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
+    // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
+    expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
     // Moves due scheduled rows into the claim index (a bounded batch; rows
     // another claimer is promoting are skipped, not waited for).
     // (`= ANY (ARRAY(…))` keeps the update on the primary key whatever the planner estimates.)
@@ -109,10 +118,16 @@ export const queueStatements = (s: string, n: Notifier) => {
         (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'pending') AS oldest_pending,
         (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint) AS oldest_due`,
     dead: `SELECT ${columns} FROM ${jobs} WHERE queue = $1 AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT $2`,
-    // A requeued job whose key a live job took meanwhile stays dead (the key names one live job).
+    // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
+    // unless that holder has expired: swept first ($1 now, $2 the queue, $3 the dead job's id).
+    requeueExpireHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = (
+        SELECT idempotency_key FROM ${jobs} WHERE id = $3::bigint AND queue = $2 AND state = 'dead')
+        AND ${expiredAt} RETURNING id`,
+    // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
     requeueDead: `WITH w AS (UPDATE ${jobs} AS d
-        SET state = 'pending', run_at = $1::bigint, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL
-        WHERE d.id = $2::bigint AND d.queue = $3 AND d.state = 'dead'
+        SET state = 'pending', run_at = $1::bigint, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
+          expires_at = NULL
+        WHERE d.id = $3::bigint AND d.queue = $2 AND d.state = 'dead'
           AND (d.idempotency_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM ${jobs} AS live WHERE live.queue = d.queue
               AND live.idempotency_key = d.idempotency_key AND live.state <> 'dead'))
@@ -121,10 +136,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
-    expire: `WITH d AS (UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
-        claimed_until = NULL, worker_id = NULL
-      WHERE expires_at IS NOT NULL AND expires_at <= $1::bigint AND state <> 'dead'
-        AND (state <> 'claimed' OR claimed_until <= $1::bigint) RETURNING 1) SELECT count(*) AS n FROM d`,
+    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`
   } as const
@@ -155,12 +167,15 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
   const counted = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
     Effect.map(decoded(rows, (row) => int(row.n, "count")), (r) => r[0] ?? 0)
 
-  // A live job holding the key wins; if it settles between the two statements, insert again.
+  // A live job holding the key wins, unless it has expired (swept, then insert again); if it
+  // settles between the statements, insert again.
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.gen(function*() {
       while (true) {
         const inserted = yield* ids(db.all(sql.insertKeyed, [...jobParams(job), ...notifier.params]))
         if (inserted.length > 0) return inserted[0]!
+        const swept = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
+        if (swept.length > 0) continue
         const live = yield* ids(db.all(sql.liveKey, [job.queue, job.key ?? null]))
         if (live.length > 0) return live[0]!
       }
@@ -276,7 +291,11 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         (rows) => rows[0]!
       ),
     dead: (queue, limit) => decoded(db.all(sql.dead, [queue, limit]), toJobRow),
-    requeueDead: (queue, id, now) => changed(db.all(sql.requeueDead, [now, id, queue, ...notifier.params])),
+    requeueDead: (queue, id, now) =>
+      db.transaction(Effect.zipRight(
+        db.all(sql.requeueExpireHolder, [now, queue, id]),
+        changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))
+      )),
     purgeDead: (queue, diedBefore) =>
       counted(
         diedBefore === undefined

@@ -44,19 +44,34 @@ const candidates = (limit: string, lapsed: boolean) =>
   SELECT id FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
   ORDER BY priority DESC, run_at, id LIMIT ${limit}`
 
+/**
+ * When a live job counts as expired at `?1` and is swept to dead: its expiry
+ * passed and it is not a claim in flight (pending, scheduled, or claimed with
+ * a lapsed lease). Maintenance, a keyed insert meeting the key's holder, and
+ * `requeueDead` meeting it all use this one rule, so an expired job never
+ * holds its key, while a worker that is on it keeps it until its lease ends.
+ */
+const expiredAt = `expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dead'
+      AND (state <> 'claimed' OR claimed_until <= ?1)`
+const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
+      claimed_until = NULL, worker_id = NULL`
+
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
      created_at)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  // With a key, a live job holding it wins: nothing is written and its id is looked up.
+  // With a key, a live job holding it wins: nothing is written and its id is looked up
+  // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
   insertKeyed: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
      created_at)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
+  // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
+  expireKeyHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = ?3 AND ${expiredAt}`,
   // What a claim must do first: promote due scheduled rows into the claim
   // index (the read keeps idle claims write-free), and whether lapsed leases
   // compete with the pending rows. `?1` is the queue, `?2` now.
@@ -103,19 +118,22 @@ const sql = {
       (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS oldest_pending,
       (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS oldest_due`,
   dead: `SELECT * FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?`,
-  // A requeued job whose key a live job took meanwhile stays dead (the key names one live job).
+  // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
+  // unless that holder has expired: `?1` now, `?2` the queue, `?3` the dead job's id.
+  requeueExpireHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = (
+      SELECT idempotency_key FROM __alkstore_jobs WHERE id = ?3 AND queue = ?2 AND state = 'dead')
+      AND ${expiredAt}`,
+  // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
   requeueDead: `UPDATE __alkstore_jobs
-    SET state = 'pending', run_at = ?, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND queue = ? AND state = 'dead'
+    SET state = 'pending', run_at = ?1, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
+      expires_at = NULL
+    WHERE id = ?3 AND queue = ?2 AND state = 'dead'
       AND (idempotency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
           AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))`,
   purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
   purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
-  expire: `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
-      claimed_until = NULL, worker_id = NULL
-    WHERE expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dead'
-      AND (state <> 'claimed' OR claimed_until <= ?1)`,
+  expire: `${sweepExpired} WHERE ${expiredAt}`,
   purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
 } as const
 
@@ -160,6 +178,9 @@ const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at
 
 const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 const expireSql = numbered(sql.expire)
+const expireKeyHolderSql = numbered(sql.expireKeyHolder)
+const requeueExpireHolderSql = numbered(sql.requeueExpireHolder)
+const requeueDeadSql = numbered(sql.requeueDead)
 
 const jobParams = (job: NewJob) => [
   job.queue,
@@ -184,12 +205,22 @@ const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array
   return rows.length === wanted && rows.some((row) => row.state !== "claimed")
 }
 
-/** The hot operations, synchronously, on a connection the store owns. */
+const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.createdAt, job.queue, job.key ?? null])
+
+/**
+ * The hot operations, synchronously, on a connection the store owns. A keyed
+ * insert is one statement when the key is free; when a live job holds it,
+ * that holder is swept first if it has expired (then the insert runs again),
+ * else its id is the answer. Inside the caller's transaction throughout.
+ */
 const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
-  const result = c.run(sql.insertKeyed, jobParams(job))
-  return result.changes > 0
-    ? Number(result.lastInsertRowid)
-    : c.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null])[0]!.id
+  const params = jobParams(job)
+  const result = c.run(sql.insertKeyed, params)
+  if (result.changes > 0) return Number(result.lastInsertRowid)
+  if (c.run(expireKeyHolderSql.text, expireKeyHolderParams(job)).changes > 0) {
+    return Number(c.run(sql.insertKeyed, params).lastInsertRowid)
+  }
+  return c.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null])[0]!.id
 }
 
 const insertNow = (c: DirectConnection, job: NewJob): number =>
@@ -231,11 +262,17 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   const direct = db.direct
   const directNow = db.directNow
 
+  // `insertKeyedNow` as effects (run inside a transaction).
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
-    Effect.flatMap(db.run(sql.insertKeyed, jobParams(job)), (result) =>
-      result.changes > 0
-        ? Effect.succeed(Number(result.lastInsertRowid))
-        : Effect.map(db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]), (rows) => rows[0]!.id))
+    Effect.gen(function*() {
+      const params = jobParams(job)
+      const result = yield* db.run(sql.insertKeyed, params)
+      if (result.changes > 0) return Number(result.lastInsertRowid)
+      if ((yield* db.run(expireKeyHolderSql.text, expireKeyHolderParams(job))).changes > 0) {
+        return Number((yield* db.run(sql.insertKeyed, params)).lastInsertRowid)
+      }
+      return (yield* db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]))[0]!.id
+    })
 
   // One job without a key is one statement; a key needs its lookup in the same transaction.
   const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
@@ -369,7 +406,13 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
         }
       ),
     dead: (queue, limit) => db.all<JobRow>(sql.dead, [queue, limit]),
-    requeueDead: (queue, id, now) => Effect.map(db.run(sql.requeueDead, [now, id, queue]), changed),
+    requeueDead: (queue, id, now) =>
+      db.transaction(
+        Effect.zipRight(
+          db.run(requeueExpireHolderSql.text, requeueExpireHolderSql.bind([now, queue, id])),
+          Effect.map(db.run(requeueDeadSql.text, requeueDeadSql.bind([now, queue, id])), changed)
+        )
+      ),
     purgeDead: (queue, diedBefore) =>
       Effect.map(
         diedBefore === undefined
