@@ -7,7 +7,15 @@
  *   plus the `SqlClient` it runs on, so the application's own tables share
  *   the connection and its transactions.
  * - `layerFromClient()` builds over a `SqlClient` the application provides
- *   (e.g. `@effect/sql-sqlite-node`'s).
+ *   (e.g. `@effect/sql-sqlite-node`'s). Its operations join the
+ *   application's transactions on that client. After a failed COMMIT
+ *   (`@effect/sql` 0.52 dies and does not roll back) the application must run
+ *   `ROLLBACK` on it: until then the store's operations fail with `SqlError`
+ *   rather than write into a transaction that never commits.
+ *
+ * Either store joins only transactions on its own connection: an operation
+ * inside another `SqlClient`'s transaction (a second database) fails with
+ * `SqlError` and writes nothing (docs/decisions.md).
  *
  * Providing either migrates the engine's own `__alkstore_*` tables (with its
  * own migrations table); re-providing on a migrated file is a no-op.

@@ -79,11 +79,10 @@ describe("PostgreSQL claim plan", () => {
       for (const limit of [1, 5]) {
         check(
           yield* explain(sql.claim, [now, "w", "plan", limit]),
-          ["__alkstore_jobs_pending", "__alkstore_jobs_claimed", "__alkstore_jobs_pkey"],
+          ["__alkstore_jobs_pending", "__alkstore_jobs_claimed", "__alkstore_jobs_scheduled", "__alkstore_jobs_pkey"],
           limit
         )
       }
-      check(yield* explain(sql.promoteDue, ["plan", now]), ["__alkstore_jobs_scheduled"], 0)
       check(yield* explain(sql.anyClaimable, ["plan", now]), ["__alkstore_jobs_pending"], 1)
     }).pipe(Effect.provide(pgOwned.store({ filename })))
   })

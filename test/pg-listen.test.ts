@@ -67,6 +67,25 @@ describe("PostgreSQL waking", () => {
     }).pipe(Effect.provide(pgOwned.store({ filename, fallbackPoll: "1 hour" })))
   })
 
+  it.live("a LISTEN connection the server drops is re-established; waiters re-read", () => {
+    const filename = freshFile("dropped")
+    return Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const queue = yield* queueOf("dropped")
+      const taker = yield* Effect.fork(queue.take("w"))
+      yield* Effect.sleep("100 millis")
+      const killed = yield* sql<{ pid: number }>`SELECT pg_terminate_backend(pid), pid FROM pg_stat_activity
+        WHERE application_name = 'alkstore-listen' AND datname = current_database()`
+      expect(killed.length).toBeGreaterThanOrEqual(1)
+      yield* Effect.sleep("500 millis") // the listener reconnects (with backoff), every waiter re-reads once
+      yield* Effect.gen(function*() {
+        yield* (yield* queueOf("dropped")).enqueue({ n: 1 })
+      }).pipe(Effect.provide(pgOwned.store({ filename })))
+      const handle = yield* Fiber.join(taker).pipe(Effect.timeout("5 seconds"))
+      expect(handle.job.payload).toEqual({ n: 1 })
+    }).pipe(Effect.provide(pgOwned.store({ filename, fallbackPoll: "1 hour" })))
+  })
+
   it.live("a half-open LISTEN connection is detected by its heartbeat and re-established; waiters re-read", () => {
     const filename = freshFile("half-open")
     const schema = pgSchemaFor(filename)

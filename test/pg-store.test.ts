@@ -15,6 +15,7 @@ import { int } from "../src/internal/pg/rows.js"
 import { PgStore, Queues } from "../src/index.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor, pgTestTypes } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
+import { expectSqlError } from "./contract/transactions.js"
 
 const databaseUrl = Effect.promise(pgDatabaseUrl)
 
@@ -46,17 +47,18 @@ describe("PgStore", () => {
       const pg = yield* SqlClient.SqlClient
       const queue = yield* queueOf("foreign")
       const sqlite = yield* SqliteClient.make({ filename: freshFile("foreign") })
-      // inside a SQLite transaction (the same TransactionConnection tag) the PostgreSQL enqueue runs on its own
-      // pool, outside it: it neither fails on the SQLite connection nor rolls back with it
-      const rolledBack = yield* Effect.exit(sqlite.withTransaction(Effect.zipRight(queue.enqueue({ n: 1 }), Effect.fail("abort"))))
-      expect(Exit.isFailure(rolledBack)).toBe(true)
-      expect((yield* queue.stats).pending).toBe(1)
-      // inside its own client's transaction it joins: a rollback takes the job with it
+      // inside a SQLite transaction (the same TransactionConnection tag) the PostgreSQL store neither sends its
+      // statements to the SQLite connection nor quietly runs outside: a typed SqlError, nothing written
+      const inside = yield* Effect.exit(sqlite.withTransaction(queue.enqueue({ n: 1 })))
+      expectSqlError(inside, "inside another SqlClient's transaction")
+      const batch = yield* Effect.exit(sqlite.withTransaction(queue.enqueueBatch([{ n: 3 }, { n: 4 }])))
+      expectSqlError(batch, "inside another SqlClient's transaction")
+      expect((yield* queue.stats).pending).toBe(0)
+      // inside its own client's transaction it joins: a rollback takes the job with it, a commit keeps it
       yield* Effect.exit(pg.withTransaction(Effect.zipRight(queue.enqueue({ n: 2 }), Effect.fail("abort"))))
+      expect((yield* queue.stats).pending).toBe(0)
+      yield* pg.withTransaction(queue.enqueue({ n: 5 }))
       expect((yield* queue.stats).pending).toBe(1)
-      // and a store transaction nested in the SQLite one still commits on PostgreSQL
-      yield* sqlite.withTransaction(queue.enqueueBatch([{ n: 3 }, { n: 4 }]))
-      expect((yield* queue.stats).pending).toBe(3)
     }).pipe(Effect.scoped, Effect.provide(Reactivity.layer), Effect.provide(pgOwned.store())))
 
   it.effect("a failed COMMIT is a typed SqlError, not a defect", () =>
@@ -102,7 +104,7 @@ describe("PgStore", () => {
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const queue = yield* queueOf("exact")
-      const payload = { b: 1, a: [1.5, -0, 1e21], "\u0000": "nul\u0000", emoji: "🦀", "": null, nested: { z: 1, y: 2 } }
+      const payload = { b: 1, a: [1.5, 0, 1e21, -2.5e-7], "\u0000": "nul\u0000", emoji: "🦀", "": null, nested: { z: 1, y: 2 } }
       const id = yield* queue.enqueue(payload)
       const [row] = yield* sql<{ payload: string }>`SELECT payload::text AS payload FROM __alkstore_jobs WHERE id = ${id}`
       expect(row!.payload).toBe(JSON.stringify(payload))

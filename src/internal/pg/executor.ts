@@ -2,6 +2,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef, Scope } from "effect"
+import { otherTransactionError } from "../transactionOwner.js"
 
 export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
 export type Row = Record<string, unknown>
@@ -13,8 +14,10 @@ export type Row = Record<string, unknown>
  * `SqlClient.TransactionConnection` is one tag shared by every `@effect/sql`
  * client, so a statement must never simply take whatever transaction is
  * open: it joins the open transaction only when that transaction's
- * connection is this client's (`isMine`), and otherwise runs on the pool,
- * outside the other client's transaction.
+ * connection is this client's (`isMine`: the store's own transaction or the
+ * application's `sql.withTransaction` on the same client); inside another
+ * client's transaction it fails with a typed `SqlError` before running
+ * anything (the rule of src/internal/transactionOwner.ts).
  */
 export interface PgExecutor {
   /** Runs one statement (RETURNING for writes) and returns its rows. */
@@ -64,7 +67,6 @@ export const makeExecutor = (
     const isMine = (conn: Connection) => conn instanceof Class
     // The store's own transactions carry their commit hooks under a key of this store alone.
     const Hooks = Context.GenericTag<Array<() => void>>(`alkstore/internal/pg/CommitHooks/${storeId}`)
-    const withoutTransaction = Context.omit(SqlClient.TransactionConnection)
     let inFlight = 0
     const counted = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
       Effect.suspend(() => {
@@ -73,17 +75,36 @@ export const makeExecutor = (
       })
     const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
 
+    // Outside a transaction, statements run on the pool through a connection of the client's own
+    // class without a reserved driver connection — what `@effect/sql-pg` 0.53 itself acquires for
+    // every statement — skipping the Statement layer (compilation, a span per statement): a
+    // third of an enqueue's cost. Any other client falls back to `sql.unsafe`.
+    const onPool = (() => {
+      try {
+        const conn = new (Class as new(pg?: unknown) => Connection)(undefined)
+        return typeof conn.execute === "function" ? conn : undefined
+      } catch {
+        return undefined
+      }
+    })()
+
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = getOpen(fiber.currentContext)
         if (open !== undefined && isMine(open[0])) {
           return counted(open[0].execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
         }
+        // Another client's transaction: neither joinable (another database) nor to be quietly
+        // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
+        if (open !== undefined) return Effect.fail(otherTransactionError())
+        if (onPool !== undefined) {
+          return counted(onPool.execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        }
         const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
           ReadonlyArray<A>,
           SqlError
         >
-        return counted(open === undefined ? statement : Effect.mapInputContext(statement, withoutTransaction))
+        return counted(statement)
       })
 
     const openTransaction = (context: Context.Context<never>) => {
@@ -135,6 +156,7 @@ export const makeExecutor = (
           const context = fiber.currentContext
           const open = getOpen(context)
           if (open !== undefined && isMine(open[0])) return savepoint(context, open, effect, restore)
+          if (open !== undefined) return Effect.fail(otherTransactionError())
           return Effect.flatMap(Scope.make(), (scope) => {
             const body = Effect.flatMap(restore(Scope.extend(client.reserve, scope)), (conn) => {
               const hooks: Array<() => void> = []

@@ -60,22 +60,29 @@ export const queueStatements = (s: string, n: Notifier) => {
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
-    // Moves due scheduled rows into the claim index (a bounded batch; rows
-    // another claimer is promoting are skipped, not waited for).
-    // (`= ANY (ARRAY(…))` keeps the update on the primary key whatever the planner estimates.)
-    promoteDue: `UPDATE ${jobs} SET state = 'pending' WHERE id = ANY (ARRAY(
-        SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
-        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED))`,
-    claim: `WITH pending AS MATERIALIZED (
+    // One statement, one round trip: candidates come from the pending index, the lapsed leases'
+    // index and a bounded batch of due scheduled rows (the oldest 1000), each taken FOR UPDATE SKIP
+    // LOCKED (rows another claimer holds are skipped, never waited for); the best `$4` are claimed
+    // and the other due scheduled rows move into the claim index (`pending`) in the same
+    // statement (a row is modified once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the
+    // writes on the primary key whatever the planner estimates. $1 now, $2 worker, $3 queue.
+    claim: `WITH due AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
+        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
+      ), pending AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
       ), lapsed AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), picked AS MATERIALIZED (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4
+      ), promoted AS (
+        UPDATE ${jobs} SET state = 'pending'
+        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
       )
-      ${claimSet} WHERE j.id = ANY (ARRAY(
-        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM lapsed) AS c
-        ORDER BY priority DESC, run_at, id LIMIT $4))
+      ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
       RETURNING ${jobColumns("j")}`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
     // (an EXISTS drops the order, and may then scan the table for the first match).
@@ -226,7 +233,6 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
   /** Claims in rounds: candidates met dead do not count toward `limit`. */
   const claimRounds = (queue: string, workerId: string, now: number, limit: number) =>
     Effect.gen(function*() {
-      yield* db.all(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
       while (claimed.length < limit) {
         const wanted = limit - claimed.length

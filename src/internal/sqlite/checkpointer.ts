@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Effect } from "effect"
+import { Deferred, Effect, Exit, FiberId } from "effect"
 import { createRequire } from "node:module"
 import { Worker } from "node:worker_threads"
 
@@ -18,11 +18,22 @@ import { Worker } from "node:worker_threads"
  * blocked in `Atomics.wait`, costing nothing. (A file watch wakes the thread
  * on every WAL write, ~20 µs of each commit on a two-core machine; a timer
  * costs an idle store ~0.5 % of a core.)
+ *
+ * The thread opens the file by name, so it must find the store's own file
+ * there (`fileMustExist`, same device and inode): a file deleted or renamed
+ * over in between is not the store's, and the thread fails rather than
+ * create or checkpoint somebody else's.
  */
 const workerSource = `
 const { workerData, parentPort } = require("node:worker_threads")
+const fs = require("node:fs")
 const Database = require(workerData.driver)
-const db = new Database(workerData.filename, { timeout: 0 })
+const db = new Database(workerData.filename, { timeout: 0, fileMustExist: true })
+const stat = fs.statSync(workerData.filename)
+if (workerData.identity !== undefined && stat.dev + ":" + stat.ino !== workerData.identity) {
+  db.close()
+  throw new Error("the database file was replaced before the checkpointer opened it")
+}
 const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
 const cells = workerData.cells
 const run = () => { try { checkpoint.all() } catch {} }
@@ -58,25 +69,75 @@ export const makeWalSignal = (): WalSignal => {
   }
 }
 
-export const startCheckpointer = (filename: string, everyMillis: number, signal: WalSignal) =>
-  Effect.acquireRelease(
-    Effect.try({
-      try: () => {
-        const driver = createRequire(import.meta.url).resolve("better-sqlite3")
-        const worker = new Worker(workerSource, {
-          eval: true,
-          workerData: { filename, everyMillis, driver, cells: signal.cells }
-        })
-        worker.unref()
-        return worker
-      },
-      catch: (cause) => new SqlError({ cause, message: `Failed to start the WAL checkpointer: ${String(cause)}` })
-    }),
-    (worker) =>
-      Effect.async<void>((resume) => {
-        worker.once("exit", () => resume(Effect.void))
-        Atomics.store(signal.cells, 1, 1)
-        Atomics.notify(signal.cells, 0)
-        Atomics.notify(signal.cells, 1)
-      }).pipe(Effect.timeoutTo({ duration: "2 seconds", onTimeout: () => undefined, onSuccess: () => undefined }))
-  )
+export interface CheckpointerOptions {
+  readonly filename: string
+  readonly everyMillis: number
+  readonly signal: WalSignal
+  /** The file's identity (`fileIdentity`) when the store's connection opened it. */
+  readonly identity: string | undefined
+  /**
+   * Runs in the store's scope if the thread fails or ends before the store
+   * closes (it is not restarted): the store recovers (the file's own
+   * automatic checkpoint) and logs; it never crashes the host.
+   */
+  readonly onFailure: (cause: unknown) => Effect.Effect<void>
+}
+
+/** How long a closing store lets the thread finish its last checkpoint before terminating it. */
+const stopPatienceMillis = 2_000
+
+/**
+ * Starts the checkpointer in the current scope. Closing the scope stops the
+ * thread and waits for its exit on real time (a plain timer, not Effect's
+ * `Clock`: under `TestClock` a clock-bound wait would never time out, and
+ * the unref'd thread would let Node exit mid-close). The thread is kept
+ * referenced while it stops, so the host process waits for it.
+ */
+export const startCheckpointer = (options: CheckpointerOptions) =>
+  Effect.gen(function*() {
+    const thread = yield* Effect.acquireRelease(
+      Effect.try({
+        try: () => spawn(options),
+        catch: (cause) => new SqlError({ cause, message: `Failed to start the WAL checkpointer: ${String(cause)}` })
+      }),
+      (thread) => thread.stop
+    )
+    yield* Effect.forkScoped(Effect.flatMap(Deferred.await(thread.failed), options.onFailure))
+  })
+
+const spawn = (options: CheckpointerOptions) => {
+  const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+  const worker = new Worker(workerSource, {
+    eval: true,
+    workerData: { filename: options.filename, everyMillis: options.everyMillis, driver, cells: options.signal.cells, identity: options.identity }
+  })
+  // An idle store's thread must not keep the host process alive.
+  worker.unref()
+  const failed = Deferred.unsafeMake<unknown>(FiberId.none)
+  let exited = false
+  let stopping = false
+  let error: unknown
+  // Without this listener a failure in the thread is an unhandled 'error' event: the host exits.
+  worker.on("error", (cause) => {
+    error = cause
+  })
+  worker.once("exit", (code) => {
+    exited = true
+    if (!stopping) Deferred.unsafeDone(failed, Exit.succeed(error ?? new Error(`the thread exited with code ${code}`)))
+  })
+  const stop = Effect.async<void>((resume) => {
+    stopping = true
+    if (exited) return resume(Effect.void)
+    worker.ref()
+    const patience = setTimeout(() => void worker.terminate(), stopPatienceMillis)
+    worker.once("exit", () => {
+      clearTimeout(patience)
+      resume(Effect.void)
+    })
+    const { cells } = options.signal
+    Atomics.store(cells, 1, 1)
+    Atomics.notify(cells, 0)
+    Atomics.notify(cells, 1)
+  })
+  return { failed, stop }
+}

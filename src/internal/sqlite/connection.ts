@@ -133,6 +133,7 @@ export const makeOwnedConnection = (
       acquire: Effect.map(gate.take, (release) => [release, connection] as const),
       // BEGIN and COMMIT run outside the body's context, so `run` already retries them.
       retryBusy: (effect) => effect,
+      owns: (conn) => conn === connection,
       direct: {
         conn: connection,
         tryAcquire: gate.tryTake,
@@ -157,6 +158,7 @@ export const makeOwnedConnection = (
     Object.assign(client, { withTransaction: transaction })
 
     const executor = fromOwnedConnection({
+      conn: connection,
       prepare,
       gate,
       retryBusy: options.retryBusy,

@@ -3,14 +3,15 @@ import type { MigrationError } from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
+import * as path from "node:path"
 import * as Locks from "../../Locks.js"
 import * as Outbox from "../../Outbox.js"
 import * as Queues from "../../Queues.js"
 import * as Scheduler from "../../Scheduler.js"
-import type { InvalidOptions } from "../../StoreError.js"
+import { DatabaseReplaced, type InvalidOptions } from "../../StoreError.js"
 import { optionalDurationMillis } from "../duration.js"
 import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
-import { makeWakeHub } from "../wake.js"
+import { makeWakeHub, type WakeHub } from "../wake.js"
 import { makeOwnedConnection } from "./connection.js"
 import { type Executor, fromClient } from "./executor.js"
 import { makeLockStorage } from "./lockStorage.js"
@@ -20,6 +21,7 @@ import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
 import { makeCommitSignals } from "./transaction.js"
 import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
+import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
 
 /** Engine settings a store accepts (all optional). */
@@ -79,22 +81,25 @@ export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Out
 
 /**
  * Migrates, then builds the engine and every mechanism over `executor`.
- * `filename` is the file the cross-process watcher follows ("" for none).
+ * `filename` is the file the cross-process watcher follows ("" for none);
+ * `identity` is that file's when the store's connection opened it, if known.
  */
 export const buildMechanisms = (
   executor: Executor,
-  filename: string,
-  settings: ResolvedSettings
+  file: { readonly filename: string; readonly identity?: string | undefined },
+  settings: ResolvedSettings,
+  wake: WakeHub = makeWakeHub()
 ): Effect.Effect<Context.Context<Mechanisms>, SqlError | MigrationError, Scope.Scope | SqlClient.SqlClient> =>
   Effect.gen(function*() {
     yield* migrate(executor.transaction)
-    const wake = makeWakeHub()
+    const { filename } = file
     if (isFile(filename)) {
       yield* startWatcher(wake, {
         filename,
         pollMillis: settings.watchIntervalMillis,
         eventFallbackMillis: 500,
-        identityEveryMillis: 500
+        identityEveryMillis: 500,
+        identity: file.identity
       })
     }
     const engine: EngineShape = {
@@ -138,18 +143,56 @@ export const layer = (
       retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis)),
       wrote: walSignal.wrote
     })
-    if (isFile(options.filename)) {
+    const { filename } = options
+    const wake = makeWakeHub()
+    const identity = isFile(filename) ? fileIdentity(path.resolve(filename)) : undefined
+    if (isFile(filename)) {
       yield* Effect.try({
         try: () => owned.db.pragma("wal_autocheckpoint = 0"),
         catch: (cause) => new SqlError({ cause, message: `Failed to turn off automatic checkpoints: ${String(cause)}` })
       })
-      yield* startCheckpointer(options.filename, checkpointInterval, walSignal)
+      yield* startCheckpointer({
+        filename,
+        everyMillis: checkpointInterval,
+        signal: walSignal,
+        identity,
+        onFailure: (cause) => checkpointerFailed(owned.db, wake, filename, identity, cause)
+      })
     }
-    const mechanisms = yield* buildMechanisms(owned.executor, options.filename, settings).pipe(
+    const mechanisms = yield* buildMechanisms(owned.executor, { filename, identity }, settings, wake).pipe(
       Effect.provideService(SqlClient.SqlClient, owned.client)
     )
     return Context.add(mechanisms, SqlClient.SqlClient, owned.client)
   })).pipe(Layer.provide(Reactivity.layer))
+
+/**
+ * The checkpointer thread failed (or ended early): SQLite's own automatic
+ * checkpoint (its default threshold, 1000 pages) keeps the WAL bounded from
+ * here, inside commits. When the file is no longer the store's, waiters fail
+ * with `DatabaseReplaced` at once: nobody could wake them.
+ */
+const checkpointerFailed = (
+  db: { readonly pragma: (source: string) => unknown },
+  wake: WakeHub,
+  filename: string,
+  opened: string | undefined,
+  cause: unknown
+) =>
+  Effect.gen(function*() {
+    const now = fileIdentity(path.resolve(filename))
+    if (now !== opened) wake.fail(new DatabaseReplaced({ filename, reason: now === undefined ? "deleted" : "replaced" }))
+    const restored = yield* Effect.exit(Effect.try(() => db.pragma("wal_autocheckpoint = 1000")))
+    yield* Effect.logWarning(
+      `alkstore: the WAL checkpointer thread failed for ${filename}; SQLite's automatic checkpoint takes over`
+    ).pipe(Effect.annotateLogs({ cause: threadErrorText(cause), restored: restored._tag === "Success" }))
+  })
+
+// A thread's error arrives structured-cloned: better-sqlite3's keeps its `code`, not always its message.
+const threadErrorText = (cause: unknown): string => {
+  const { code, message } = (typeof cause === "object" && cause !== null ? cause : {}) as Record<string, unknown>
+  const parts = [code, message].filter((part): part is string => typeof part === "string" && part !== "")
+  return parts.length > 0 ? parts.join(": ") : String(cause)
+}
 
 export const layerFromClient = (
   options: StoreSettings = {}
@@ -157,8 +200,8 @@ export const layerFromClient = (
   Layer.scopedContext(Effect.gen(function*() {
     const settings = yield* resolveSettings(options)
     const client = yield* SqlClient.SqlClient
-    const executor = fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
+    const executor = yield* fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
     const files = yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", [])
     const main = files.find((row) => row.name === "main")?.file ?? ""
-    return yield* buildMechanisms(executor, main, settings)
+    return yield* buildMechanisms(executor, { filename: main }, settings)
   }))

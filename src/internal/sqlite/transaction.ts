@@ -1,20 +1,23 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
-import type { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef } from "effect"
+import { type OwnsConnection, otherTransactionError, ownTransaction } from "../transactionOwner.js"
 
 /**
  * Callbacks to run once the outermost transaction commits (wake signals must
  * never fire for work that rolled back). Present only in transactions opened
- * by alkstore's own `withTransaction`; a foreign client's transaction has none
- * and its commits are seen by the change watcher instead.
+ * by alkstore's own `withTransaction`; a transaction the application opened
+ * with its own client's `withTransaction` (`layerFromClient`) has none, and
+ * its commits are seen by the change watcher instead.
  */
 export class CommitHooks extends Context.Tag("alkstore/internal/CommitHooks")<CommitHooks, Array<() => void>>() {}
 
 /**
  * The transaction open in `context`: `undefined` when none, `"foreign"` for
- * a foreign client's transaction (its commit cannot be hooked: the change
- * watcher sees it), else the hooks to run once it commits.
+ * one the application opened on the store's client (its commit cannot be
+ * hooked: the change watcher sees it), else the hooks to run once it commits.
+ * (Another client's transaction never gets here: the executor refuses it.)
  */
 export const openTransaction = (context: Context.Context<never>): Array<() => void> | "foreign" | undefined => {
   if (!context.unsafeMap.has(SqlClient.TransactionConnection.key)) return undefined
@@ -52,6 +55,22 @@ export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fi
 const exec = (conn: Connection, sql: string) => Effect.asVoid(conn.execute(sql, [], undefined))
 
 /**
+ * A BEGIN that fails with "cannot start a transaction within a transaction"
+ * on a connection nobody holds: the application's connection was left inside
+ * a transaction (`@effect/sql` 0.52 turns a failed COMMIT into a defect and
+ * never rolls back). Every write would join it and never commit: say so.
+ */
+const beginFailed = (error: SqlError): SqlError =>
+  /within a transaction/i.test(String((error.cause as { message?: unknown } | undefined)?.message ?? error.message))
+    ? new SqlError({
+      cause: error,
+      message: "alkstore found the application's connection inside a transaction that no fiber holds " +
+        "(after a failed COMMIT, @effect/sql 0.52 does not roll back): writes there would never commit. " +
+        "Roll it back (ROLLBACK on that connection) when a COMMIT fails; see docs/decisions.md."
+    })
+    : error
+
+/**
  * `BEGIN IMMEDIATE` transactions over `SqlClient.TransactionConnection`
  * (nested calls become savepoints), unlike `@effect/sql`'s own in two ways:
  * a failed BEGIN (SQLITE_BUSY) is retried and then surfaces as that
@@ -62,6 +81,14 @@ export const makeImmediateTransaction = (options: {
   /** Takes the connection exclusively; the effect returned releases it. */
   readonly acquire: Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError>
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
+  /** Whether a transaction open on `conn` is the store's to join (see `transactionOwner.ts`). */
+  readonly owns: OwnsConnection
+  /**
+   * The outermost BEGIN; `"BEGIN"` (deferred) only for wrapping one
+   * statement, where it means what autocommit means and only adds the check
+   * that the connection is not already inside a transaction.
+   */
+  readonly begin?: "BEGIN" | "BEGIN IMMEDIATE"
   /**
    * A connection the store owns can do better: take it synchronously when
    * free and run BEGIN/COMMIT/ROLLBACK in place (each returns its error, if
@@ -78,9 +105,10 @@ export const makeImmediateTransaction = (options: {
   Effect.uninterruptibleMask((restore) =>
     Effect.withFiberRuntime<A, E | SqlError, R>((fiber) => {
       const context = fiber.currentContext
-      const open = Context.getOption(context, SqlClient.TransactionConnection)
-      if (open._tag === "Some") {
-        const [conn, depth] = open.value
+      const open = ownTransaction(context, options.owns)
+      if (open === "other") return Effect.fail(otherTransactionError())
+      if (open !== undefined) {
+        const [conn, depth] = open
         const id = depth + 1
         const name = `alkstore_sp_${id}`
         const parentHooks = context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined
@@ -159,7 +187,8 @@ export const makeImmediateTransaction = (options: {
             )
           })
         )
-        return options.retryBusy(exec(conn, "BEGIN IMMEDIATE")).pipe(
+        return options.retryBusy(exec(conn, options.begin ?? "BEGIN IMMEDIATE")).pipe(
+          Effect.mapError(beginFailed),
           Effect.zipRight(body),
           Effect.ensuring(release)
         )

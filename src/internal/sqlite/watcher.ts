@@ -5,6 +5,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { DatabaseReplaced } from "../../StoreError.js"
 import type { WakeHub } from "../wake.js"
+import { fileIdentity } from "./fileIdentity.js"
 
 export interface WatcherOptions {
   readonly filename: string
@@ -14,15 +15,8 @@ export interface WatcherOptions {
   readonly eventFallbackMillis: number
   /** How often the file's identity (device and inode) is checked while anybody waits. */
   readonly identityEveryMillis: number
-}
-
-const identity = (filename: string): string | undefined => {
-  try {
-    const stat = fs.statSync(filename)
-    return `${stat.dev}:${stat.ino}`
-  } catch {
-    return undefined
-  }
+  /** The file's identity when the store's connection opened it (default: when the watcher starts). */
+  readonly identity?: string | undefined
 }
 
 /**
@@ -46,7 +40,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
       try: () => {
         const filename = path.resolve(options.filename)
         const base = path.basename(filename)
-        const original = identity(filename)
+        const original = options.identity ?? fileIdentity(filename)
         const db = new Sqlite(filename, { readonly: true, fileMustExist: true, timeout: 0 })
         const dataVersion = db.prepare("PRAGMA data_version").pluck()
         let last = dataVersion.get() as number
@@ -57,7 +51,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         let sinceIdentity = 0
 
         const checkIdentity = () => {
-          const now = identity(filename)
+          const now = fileIdentity(filename)
           if (now === original) return
           failed = true
           hub.fail(new DatabaseReplaced({ filename: options.filename, reason: now === undefined ? "deleted" : "replaced" }))
