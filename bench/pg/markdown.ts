@@ -140,7 +140,7 @@ ${mdTable(flat.header, flat.rows)}
 
 ${mdTable(targets.header, targets.rows)}
 
-Ahead of every peer on every row (medians):
+Ahead of every peer on every row (compared on the paired speed vs raw, which cancels drift between rounds):
 
 ${mdTable(ahead.header, ahead.rows)}
 

@@ -143,24 +143,25 @@ export const flatnessRows = (all: ReadonlyArray<PgSample>, contenders: ReadonlyA
 const ALK = "alkstore-pg"
 const verdict = (x: number | undefined, pass: (x: number) => boolean) => (x === undefined ? "not measured" : pass(x) ? "PASS" : "FAIL")
 
-/** Is alkstore ahead of every peer on this row? (medians; higher speed is better) */
+/**
+ * Is alkstore ahead of every peer on this row? Compared on the paired speed
+ * vs raw (median), which cancels the drift of a shared machine between rounds.
+ */
 const aheadRow = (all: ReadonlyArray<PgSample>, w: PgWorkloadDef, peers: ReadonlyArray<PgContender>) => {
-  const value = (c: string) => {
-    const m: Metric = w.kind === "throughput" ? "opsPerSec" : w.kind === "claim" ? "usPerOp" : "p50"
-    const s = metricSpread(all, c, w.id, m)
-    if (!s) return undefined
-    return w.kind === "throughput" ? s.median : 1 / s.median
-  }
+  const value = (c: string) => speedVsRaw(all, c, w)?.median
   const alk = value(ALK)
   const measured = peers.flatMap((p) => {
     const v = value(p.name)
     return v === undefined ? [] : [{ p, v }]
   })
   const behind = measured.filter(({ v }) => alk !== undefined && v >= alk)
+  const show = ({ p, v }: { p: PgContender; v: number }) => `${p.label} ${fmtRatio(v)}×`
   return [
     w.title,
-    measured.map(({ p }) => p.label).join(", ") || "—",
-    alk === undefined ? "—" : behind.length === 0 ? "ahead of all" : `behind ${behind.map(({ p }) => p.label).join(", ")}`,
+    measured.map(show).join(", ") || "—",
+    alk === undefined
+      ? "—"
+      : `${fmtRatio(alk)}×: ${behind.length === 0 ? "ahead of all" : `behind ${behind.map(({ p }) => p.label).join(", ")}`}`,
     alk === undefined ? "not measured" : behind.length === 0 ? "PASS" : "FAIL"
   ]
 }
@@ -192,7 +193,7 @@ export const targetRows = (
       rows: rows.map(([name, goal, s, pass, f]) => [name, goal, s ? f(s.median) : "—", range(s, f), verdict(s?.median, pass)])
     },
     ahead: {
-      header: ["row", "peers measured", "alkstore-pg (medians)", "verdict"],
+      header: ["row", "peers measured", "alkstore-pg (paired speed vs raw, medians)", "verdict"],
       rows: workloads.map((w) => aheadRow(all, w, peers))
     }
   }

@@ -191,5 +191,11 @@ export interface PgContender {
   readonly notes: ReadonlyArray<string>
 }
 
+/** Every workload supported, except those given a reason. */
+export const supportsAll = (
+  except: Partial<Record<PgWorkloadId, string>> = {}
+): Readonly<Record<PgWorkloadId, true | string>> =>
+  Object.fromEntries(PG_WORKLOADS.map((w) => [w.id, except[w.id] ?? true])) as Record<PgWorkloadId, true | string>
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 export const range = (n: number, from = 0): Array<number> => Array.from({ length: n }, (_, i) => from + i)

@@ -5,7 +5,7 @@
  * is one `runPromise` of one public operation.
  */
 import type { PgContender, Session } from "../workloads.js"
-import { payload, QUEUE, range } from "../workloads.js"
+import { payload, QUEUE, range, supportsAll } from "../workloads.js"
 
 const WORKER = `w${process.pid}`
 
@@ -72,17 +72,7 @@ export const contender: PgContender = {
   name: "alkstore-pg",
   label: "alkstore (PgStore)",
   packages: ["package.json", "node_modules/@effect/sql-pg/package.json", "node_modules/effect/package.json"],
-  supports: {
-    "enqueue-1tx": true,
-    "enqueue-100tx": true,
-    "enqueue-batch100": true,
-    "drain-1": true,
-    "drain-4": true,
-    "wake-inprocess": true,
-    "wake-crossprocess": true,
-    "claim-1k": true,
-    "claim-1m": true
-  },
+  supports: supportsAll(),
   setup: async (url) => {
     // providing the layer once migrates the schema (untimed)
     const { rt } = await runtime(url)

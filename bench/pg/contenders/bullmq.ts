@@ -4,7 +4,7 @@
  * `pg` pool plus one LISTEN connection per backend.
  */
 import type { PgContender, Session } from "../workloads.js"
-import { payload, QUEUE, range } from "../workloads.js"
+import { payload, QUEUE, range, supportsAll } from "../workloads.js"
 
 const classes = async () => {
   const bq = await import("bullmq")
@@ -49,17 +49,11 @@ export const contender: PgContender = {
   name: "bullmq-pg",
   label: "BullMQ (PostgreSQL)",
   packages: ["bench/node_modules/bullmq/package.json"],
-  supports: {
-    "enqueue-1tx": true,
+  supports: supportsAll({
     "enqueue-100tx": "no enqueue inside a caller's transaction (its PostgreSQL backend owns its connections); its batch call is the batch row",
-    "enqueue-batch100": true,
-    "drain-1": true,
-    "drain-4": true,
-    "wake-inprocess": true,
-    "wake-crossprocess": true,
     "claim-1k": "no claim API outside its Worker class",
     "claim-1m": "no claim API outside its Worker class"
-  },
+  }),
   setup: async (url) => {
     const { default: pg } = await import("pg")
     const { runMigrations } = await import("bullmq")

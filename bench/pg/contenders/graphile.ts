@@ -5,7 +5,7 @@
  * connection.
  */
 import type { PgContender, Session } from "../workloads.js"
-import { payload, QUEUE, range } from "../workloads.js"
+import { payload, QUEUE, range, supportsAll } from "../workloads.js"
 
 const quiet = async () => {
   const { Logger } = await import("graphile-worker")
@@ -72,17 +72,10 @@ export const contender: PgContender = {
   name: "graphile-worker",
   label: "graphile-worker",
   packages: ["bench/node_modules/graphile-worker/package.json"],
-  supports: {
-    "enqueue-1tx": true,
-    "enqueue-100tx": true,
-    "enqueue-batch100": true,
-    "drain-1": true,
-    "drain-4": true,
-    "wake-inprocess": true,
-    "wake-crossprocess": true,
+  supports: supportsAll({
     "claim-1k": "no claim API outside its worker (jobs are fetched by the runner only)",
     "claim-1m": "no claim API outside its worker (jobs are fetched by the runner only)"
-  },
+  }),
   setup: async (url) => {
     const gw = await import("graphile-worker")
     await gw.runMigrations({ connectionString: url, logger: await quiet() })

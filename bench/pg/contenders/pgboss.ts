@@ -4,7 +4,7 @@
  * worker is woken by NOTIFY rather than its ≥ 0.5 s poll.
  */
 import type { PgContender, Session } from "../workloads.js"
-import { payload, QUEUE, range } from "../workloads.js"
+import { payload, QUEUE, range, supportsAll } from "../workloads.js"
 
 const options = (url: string) => ({
   connectionString: url,
@@ -93,17 +93,7 @@ export const contender: PgContender = {
   name: "pg-boss",
   label: "pg-boss",
   packages: ["bench/node_modules/pg-boss/package.json"],
-  supports: {
-    "enqueue-1tx": true,
-    "enqueue-100tx": true,
-    "enqueue-batch100": true,
-    "drain-1": true,
-    "drain-4": true,
-    "wake-inprocess": true,
-    "wake-crossprocess": true,
-    "claim-1k": true,
-    "claim-1m": true
-  },
+  supports: supportsAll(),
   setup: async (url) => {
     const { PgBoss } = await import("pg-boss")
     const boss = new PgBoss(options(url))

@@ -12,7 +12,7 @@
  */
 import type pg from "pg"
 import type { OnJob, PgContender, Session } from "../workloads.js"
-import { payload, QUEUE } from "../workloads.js"
+import { payload, QUEUE, supportsAll } from "../workloads.js"
 
 const CHANNEL = "raw_jobs"
 
@@ -74,12 +74,16 @@ const open = async (url: string): Promise<Session> => {
   const enqueue = async (n: number) => {
     await c.query({ ...INSERT, values: [QUEUE, JSON.stringify(payload(n))] })
   }
-  const claim = async (): Promise<{ id: string; payload: { n: number } } | undefined> =>
-    (await c.query({ ...CLAIM, values: [QUEUE, worker] })).rows[0]
+  const claimOn = async (on: pg.Client): Promise<{ id: string; payload: { n: number } } | undefined> =>
+    (await on.query({ ...CLAIM, values: [QUEUE, worker] })).rows[0]
+  const claim = () => claimOn(c)
   const ack = async (id: string) => {
     await c.query({ ...ACK, values: [id] })
   }
   const startWorker = async (onJob: OnJob) => {
+    // the worker's own connection (as a library's pool gives it one): an enqueue in the same process never
+    // waits behind the worker's ack
+    const wc = await connect(url)
     const listener = await connect(url)
     let wake: (() => void) | undefined
     let notified = false
@@ -92,10 +96,10 @@ const open = async (url: string): Promise<Session> => {
     const loop = (async () => {
       while (!stopping) {
         notified = false
-        let job = await claim()
+        let job = await claimOn(wc)
         while (job) {
           onJob(job.payload.n)
-          job = (await c.query({ ...ACK_AND_CLAIM, values: [QUEUE, worker, job.id] })).rows[0]
+          job = (await wc.query({ ...ACK_AND_CLAIM, values: [QUEUE, worker, job.id] })).rows[0]
         }
         if (notified || stopping) continue
         await new Promise<void>((resolve) => {
@@ -113,6 +117,7 @@ const open = async (url: string): Promise<Session> => {
       wake?.()
       await loop
       await listener.end()
+      await wc.end()
     }
   }
   return {
@@ -149,17 +154,7 @@ export const contender: PgContender = {
   name: "raw",
   label: "raw pg (SKIP LOCKED)",
   packages: ["bench/node_modules/pg/package.json"],
-  supports: {
-    "enqueue-1tx": true,
-    "enqueue-100tx": true,
-    "enqueue-batch100": true,
-    "drain-1": true,
-    "drain-4": true,
-    "wake-inprocess": true,
-    "wake-crossprocess": true,
-    "claim-1k": true,
-    "claim-1m": true
-  },
+  supports: supportsAll(),
   setup: async (url) => {
     const c = await connect(url)
     try {
@@ -170,7 +165,7 @@ export const contender: PgContender = {
   },
   open,
   notes: [
-    "`pg` 8 driver, one connection per process (plus one LISTEN connection for a worker), named prepared statements",
+    "`pg` 8 driver, named prepared statements; one connection for enqueues and set-up, and a worker has its own connection plus a LISTEN connection",
     "enqueue = `WITH j AS (INSERT … RETURNING id) SELECT pg_notify(…) FROM j` (one statement, autocommit)",
     "claim = `UPDATE jobs … WHERE id = (SELECT id … ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *` on a partial index `WHERE state = 'pending'`; ack = `DELETE` by id",
     "worker (drain and latency rows): claim, then after each handler one statement that acks the job and claims the next (`WITH done AS (DELETE …) UPDATE … RETURNING *`, one commit per job) until nothing is claimable, then it waits on LISTEN/NOTIFY (1 s fallback poll)",
