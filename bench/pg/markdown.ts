@@ -132,6 +132,9 @@ ${mdTable(results.header, results.rows)}
 
 ${mdTable(scaling.header, scaling.rows)}
 
+The first two columns are medians over rounds of absolute figures, which drift with the machine's load; the
+paired column (drain-4 ÷ drain-1 within each round) is the scaling figure.
+
 ### Claim cost vs queue size
 
 ${mdTable(flat.header, flat.rows)}
@@ -143,6 +146,9 @@ ${mdTable(targets.header, targets.rows)}
 Ahead of every peer on every row (compared on the paired speed vs raw, which cancels drift between rounds):
 
 ${mdTable(ahead.header, ahead.rows)}
+
+Where alkstore-pg's time goes, statement by statement, and why a missed target is missed:
+[performance-pg.md](performance-pg.md).
 
 ### How each contender does each workload
 
