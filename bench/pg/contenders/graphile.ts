@@ -82,6 +82,7 @@ export const contender: PgContender = {
   },
   open,
   notes: [
+    "its package.json asks for Node ≥ 22.18 (npm warns on Node 20); everything the bench calls runs on Node 20",
     "enqueue = `WorkerUtils.addJob`; 100 / tx = `SELECT graphile_worker.add_job($1, $2::json)` on a `pg` client inside `BEGIN` … `COMMIT` (its documented way to enqueue in the caller's transaction)",
     "worker = `run({ concurrency: 1, taskList })` with defaults otherwise (pool of 10, `pollInterval` 2 s, woken by its LISTEN/NOTIFY on `jobs:insert`); completed jobs are deleted",
     "batch = `WorkerUtils.addJobs` of 100; preload = `addJobs` in chunks of 5,000"

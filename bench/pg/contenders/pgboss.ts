@@ -103,6 +103,7 @@ export const contender: PgContender = {
   },
   open,
   notes: [
+    "its package.json asks for Node ≥ 22.12 (npm warns on Node 20); everything the bench calls runs on Node 20; its peer `@opentelemetry/api` is installed for it",
     "instance `useListenNotify: true`, `schedule: false` (no cron timers), pool `max: 4`; queue created with `notify: true`; default policy and retention (completed jobs stay in `pgboss.job` until its maintenance deletes them)",
     "enqueue = `send`; 100 / tx = `send(…, { db })` with an adapter over a `pg` client inside `BEGIN` … `COMMIT` (its documented way to enqueue in the caller's transaction)",
     "drain = a `fetch()` → handler → `complete()` loop: its `work()` worker with `batchSize: 1` waits its polling interval (≥ 0.5 s) after every job unless a NOTIFY arrives (and a preloaded backlog sends none), so one job at a time only runs as a pull loop",
