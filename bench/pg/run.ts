@@ -26,7 +26,7 @@
  *   ALKSTORE_PG_URL=url   use this server instead of booting one (needs CREATEDB)
  */
 import { spawn, spawnSync } from "node:child_process"
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -256,6 +256,7 @@ const main = async () => {
       totalS: (performance.now() - started) / 1000,
       startedAt
     })
+    rmSync(progressFile, { force: true }) // rendered: the samples are in benchmarks-pg-samples.json now
   } finally {
     cleanup()
   }
