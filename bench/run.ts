@@ -44,6 +44,7 @@ import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
 import { CONTENDER_NAMES, loadContender } from "./contenders/index.js"
+import { keepPgSection } from "./pg/markdown.js"
 import type { Cell, Sample, WakeSample } from "./report.js"
 import {
   buildCell,
@@ -481,10 +482,10 @@ const main = async () => {
     const diag = wakeDiagRows(wakeShown, wakeSamples)
     console.log("\nwaking diagnostics:\n" + textTable(diag.header, diag.rows))
   }
-  writeFileSync(
-    path.join(outDir, "benchmarks.md"),
-    markdown(cells, samples, wakeShown, wakeSamples, contenders, unavailable, totalS, svgName)
-  )
+  const mdFile = path.join(outDir, "benchmarks.md")
+  const sqliteMd = markdown(cells, samples, wakeShown, wakeSamples, contenders, unavailable, totalS, svgName)
+  // keep the PostgreSQL section (bench/pg/run.ts writes it)
+  writeFileSync(mdFile, existsSync(mdFile) ? keepPgSection(readFileSync(mdFile, "utf8"), sqliteMd) : sqliteMd)
   if (!rendered) {
     const raw = { reps: REPS, heavyReps: HEAVY_REPS, quick: QUICK, totalS, sizes: BASE, wakeSettings: WAKE, samples, wake: wakeSamples }
     writeFileSync(path.join(outDir, "benchmarks-samples.json"), JSON.stringify(raw, null, 1) + "\n")
