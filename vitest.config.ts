@@ -6,6 +6,8 @@ const ci = process.env.CI !== undefined && process.env.CI !== ""
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // Boots a throw-away PostgreSQL cluster unless ALKSTORE_PG_URL is set; fails the run if it cannot.
+    globalSetup: ["test/support/pg-global-setup.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",

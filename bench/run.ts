@@ -25,6 +25,8 @@
  *                         (e.g. BENCH_WORKLOADS=wake-inprocess,wake-crossprocess,idle-cpu runs only those)
  *   BENCH_WAKE_SAMPLES=n  timed samples per waking latency scenario (default 500; 200 with BENCH_QUICK)
  *   BENCH_WAKE_IDLE_S=n   idle-cpu measuring window (default 10; 3 with BENCH_QUICK)
+ *   BENCH_WAKE_REPS=n     interleaved rounds of the waking scenarios with targets against raw
+ *                         (wake-outside, wake-crossprocess; default 3, 1 with BENCH_QUICK); the others run once
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
  *                         (default: docs/ for a full unfiltered run, else a tmp dir)
  *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
@@ -42,6 +44,7 @@ import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
 import { CONTENDER_NAMES, loadContender } from "./contenders/index.js"
+import { keepPgSection } from "./pg/markdown.js"
 import type { Cell, Sample, WakeSample } from "./report.js"
 import {
   buildCell,
@@ -64,8 +67,9 @@ import {
   wakeMarkdown,
   wakeRows
 } from "./report.js"
+import { issue14Rows } from "./report-issue14.js"
 import type { WakeDef, WakeResult, WakeSide } from "./waking.js"
-import { WAKE_SCENARIOS, WAKE_SIDES, wakeSettings } from "./waking.js"
+import { WAKE_SCENARIOS, wakeSettings } from "./waking.js"
 import type { ChildResult, Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
 import { FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
 
@@ -85,6 +89,7 @@ const ONLY_CONTENDERS = only(env.BENCH_CONTENDERS)
 const ONLY_WORKLOADS = only(env.BENCH_WORKLOADS)
 const FILTERED = ONLY_CONTENDERS !== undefined || ONLY_WORKLOADS !== undefined
 const WAKE = wakeSettings(QUICK, env)
+const WAKE_REPS = Number(env.BENCH_WAKE_REPS ?? (QUICK ? 1 : 3))
 
 if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`BENCH_REPS must be a positive integer, got ${env.BENCH_REPS}`)
 if (!Number.isInteger(HEAVY_REPS) || HEAVY_REPS < 1) throw new Error(`BENCH_HEAVY_REPS must be a positive integer`)
@@ -411,18 +416,28 @@ const main = async () => {
       }
     }
   }
-  for (const d of rendered ? [] : wakeDefs) {
-    for (const side of WAKE_SIDES) {
+  const wakeRuns: Array<{ d: WakeDef; side: WakeSide; round: number }> = []
+  for (let round = 1; !rendered && round <= WAKE_REPS; round++) {
+    for (const d of wakeDefs) {
+      if (d.vsRaw === undefined && round > 1) continue
+      const sides = d.sides.filter((side) => side !== "plainjob" || contenders.some((c) => c.name === "plainjob"))
+      // rotate the order each round, as the throughput rounds do
+      for (let i = 0; i < sides.length; i++) wakeRuns.push({ d, side: sides[(i + round - 1) % sides.length]!, round })
+    }
+  }
+  for (const { d, round, side } of wakeRuns) {
+    {
       const quiet = await waitQuiet()
-      const s: WakeSample = unavailable.has("alkstore")
-        ? { id: d.id, side, ok: false, error: unavailable.get("alkstore"), wallMs: 0, load1: 0 }
-        : { ...(await runWakeChild(d, side, wakeBundle)), quietStart: quiet }
+      const missing = unavailable.get("alkstore") ?? (side === "plainjob" ? unavailable.get("plainjob") : undefined)
+      const s: WakeSample = missing !== undefined
+        ? { id: d.id, side, round, ok: false, error: missing, wallMs: 0, load1: 0 }
+        : { ...(await runWakeChild(d, side, wakeBundle)), round, quietStart: quiet }
       wakeSamples.push(s)
       const elapsed = ((performance.now() - started) / 1000).toFixed(0)
       const r = s.result
       const lat = r?.latenciesMs ?? []
       console.log(
-        `[${elapsed.padStart(4)} s] waking  ${d.id.padEnd(17)} ${side.padEnd(8)} ` +
+        `[${elapsed.padStart(4)} s] waking ${round}/${d.vsRaw ? WAKE_REPS : 1}  ${d.id.padEnd(17)} ${side.padEnd(8)} ` +
           (!s.ok || !r
             ? `FAILED: ${s.error}`
             : r.cpuPercent !== undefined
@@ -453,6 +468,8 @@ const main = async () => {
     console.log("\n" + textTable(flat.header, flat.rows))
     const targets = targetRows(cells, samples)
     console.log("\nissue-5 targets (alkstore):\n" + textTable(targets.header, targets.rows))
+    const i14 = issue14Rows(cells, samples, wakeSamples)
+    console.log("\nissue-14 targets (alkstore, paired against raw in this run):\n" + textTable(i14.header, i14.rows))
     writeFileSync(
       path.join(outDir, svgName),
       ratiosSvg(cells, `alkstore bench — paired ratios vs raw (${REPS} rounds${QUICK ? ", QUICK sizes" : ""})`, RATIO_GOALS)
@@ -465,10 +482,10 @@ const main = async () => {
     const diag = wakeDiagRows(wakeShown, wakeSamples)
     console.log("\nwaking diagnostics:\n" + textTable(diag.header, diag.rows))
   }
-  writeFileSync(
-    path.join(outDir, "benchmarks.md"),
-    markdown(cells, samples, wakeShown, wakeSamples, contenders, unavailable, totalS, svgName)
-  )
+  const mdFile = path.join(outDir, "benchmarks.md")
+  const sqliteMd = markdown(cells, samples, wakeShown, wakeSamples, contenders, unavailable, totalS, svgName)
+  // keep the PostgreSQL section (bench/pg/run.ts writes it)
+  writeFileSync(mdFile, existsSync(mdFile) ? keepPgSection(readFileSync(mdFile, "utf8"), sqliteMd) : sqliteMd)
   if (!rendered) {
     const raw = { reps: REPS, heavyReps: HEAVY_REPS, quick: QUICK, totalS, sizes: BASE, wakeSettings: WAKE, samples, wake: wakeSamples }
     writeFileSync(path.join(outDir, "benchmarks-samples.json"), JSON.stringify(raw, null, 1) + "\n")
@@ -746,6 +763,17 @@ ${mdTable(
 ## Issue-5 targets (alkstore)
 
 ${mdTable(targets.header, targets.rows)}
+
+## Issue-14 targets (alkstore, as applications call it)
+
+Each row against raw better-sqlite3 in the same run, plainjob beside it. The two latency rows come from the
+waking children below (\`wake-outside\`, \`wake-crossprocess\`: ${WAKE_REPS} interleaved round(s) per side; the paired
+ratio is per round, percentiles pooled over the rounds); the two throughput rows from the rounds above.
+
+${(() => {
+    const t = issue14Rows(cells, samples, wakeSamples)
+    return mdTable(t.header, t.rows)
+  })()}
 
 Where the time goes, statement by statement, and why a missed target is missed: [performance.md](performance.md).
 ${wake ? `\n${wake}` : ""}

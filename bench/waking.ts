@@ -3,8 +3,9 @@
  * worker sees a new job, and what an idle worker costs.
  *
  * Scenarios (ids usable in BENCH_WORKLOADS), each measured for alkstore and
- * for a raw better-sqlite3 baseline, every measurement in its own fresh child
- * process (bench/waking-child.ts) on a fresh WAL file:
+ * for a raw better-sqlite3 baseline (and plainjob where issue 14 compares
+ * it), every measurement in its own fresh child process
+ * (bench/waking-child.ts) on a fresh WAL file:
  *
  * - `wake-inprocess`: a worker waits in `queue.process` (concurrency 1); the
  *   same process enqueues one job; latency = `performance.now()` on the
@@ -12,13 +13,18 @@
  *   2–5 ms real sleep between samples lets the worker go idle each time.
  *   Raw floor: a raw INSERT then a raw claim `UPDATE … RETURNING`, back to
  *   back in one process (what a library could reach at best; no waking at all).
+ * - `wake-outside` (bench/waking-outside.ts, issue 14): the same, but the
+ *   enqueue is made from code outside any fiber (`runSync` / `runPromise`
+ *   from an I/O callback, as an HTTP handler would), against a raw worker
+ *   polling at 1 ms in the same process and plainjob's worker.
  * - `wake-crossprocess`: the worker process (A) waits in `process`; a second
  *   OS process (B, spawned by A) enqueues into the same file when A tells it
  *   to (IPC, one job per sample, A paces). Latency = A's handler time − B's
  *   time right after its enqueue committed, on the clock
  *   `performance.timeOrigin + performance.now()` in both processes.
- *   Raw baseline: A polls a raw claim statement on a 1 ms `setTimeout` loop,
- *   B does a raw INSERT ("raw polling at 1 ms").
+ *   Raw baseline: A reads `PRAGMA data_version` on a 1 ms `setTimeout` loop
+ *   and claims when it moved, B does a raw INSERT ("raw polling at 1 ms");
+ *   plainjob: its worker in A, `queue.add` in B.
  * - `idle-cpu`: a process with a store and a worker waiting in `process`,
  *   nothing enqueued: `process.cpuUsage()` over 10 s of wall time, as percent
  *   of one core. Baseline: the raw 1 ms poller, idle.
@@ -26,29 +32,28 @@
  * Everything alkstore goes through the public API (`src/index.ts`), loaded
  * lazily so raw children never evaluate Effect.
  */
-import { rawSchema } from "./contenders/raw.js"
 import { type ChildProcess, spawn } from "node:child_process"
+import { runOutside } from "./waking-outside.js"
+import {
+  alkWorker,
+  arrivals,
+  clock,
+  clockSkew,
+  gapOf,
+  openAlkstore,
+  openPlainjob,
+  openRaw,
+  PLAINJOB_POLL_MS,
+  rawPoller,
+  sleep,
+  WORKER,
+  type WakeResult,
+  type WakeSettings,
+  type WakeSide
+} from "./waking-support.js"
 
-export type WakeId = "wake-inprocess" | "wake-crossprocess" | "idle-cpu"
-export type WakeSide = "alkstore" | "raw"
-export const WAKE_SIDES: ReadonlyArray<WakeSide> = ["alkstore", "raw"]
-
-export interface WakeSettings {
-  /** timed samples per latency scenario */
-  readonly samples: number
-  /** untimed samples before them (JIT warm-up) */
-  readonly warmup: number
-  /** real sleep between samples: uniform in [gapMinMs, gapMaxMs] */
-  readonly gapMinMs: number
-  readonly gapMaxMs: number
-  /** idle-cpu: untimed settling time, then the measured wall time */
-  readonly settleMs: number
-  readonly idleMs: number
-  /** a sample not delivered within this is counted as missed */
-  readonly sampleTimeoutMs: number
-  /** sampling stops after this much wall time (the result says how many it got) */
-  readonly budgetMs: number
-}
+export type { WakeResult, WakeSettings, WakeSide } from "./waking-support.js"
+export type WakeId = "wake-inprocess" | "wake-outside" | "wake-crossprocess" | "idle-cpu"
 
 export const wakeSettings = (quick: boolean, env: NodeJS.ProcessEnv): WakeSettings => ({
   samples: Number(env.BENCH_WAKE_SAMPLES ?? (quick ? 200 : 500)),
@@ -73,7 +78,12 @@ export interface WakeDef {
   readonly title: string
   readonly what: string
   readonly baseline: string
+  /** absolute targets (issue 4) */
   readonly target: WakeTarget
+  /** targets as multiples of the raw side's p50/p99 in the same run (issue 14) */
+  readonly vsRaw?: { readonly p50?: number; readonly p99?: number }
+  /** who is measured, each in its own child */
+  readonly sides: ReadonlyArray<WakeSide>
 }
 
 export const WAKE_SCENARIOS: ReadonlyArray<WakeDef> = [
@@ -83,116 +93,42 @@ export const WAKE_SCENARIOS: ReadonlyArray<WakeDef> = [
     what:
       "worker waiting in `process` (concurrency 1), the same process enqueues one job; from just before `enqueue` to the handler's first line (`performance.now()`); 2–5 ms real sleep between samples",
     baseline: "raw INSERT + raw claim `UPDATE … RETURNING` back to back in one process (the floor; no waiting involved)",
-    target: { p50: 0.5, p99: 2 }
+    target: { p50: 0.5, p99: 2 },
+    sides: ["alkstore", "raw"]
+  },
+  {
+    id: "wake-outside",
+    title: "enqueue→handler, in-process, enqueue from outside the worker's fiber",
+    what:
+      "worker waiting in `process` (concurrency 1); code outside any fiber enqueues one job, as an HTTP handler does: `runtime.runSync(q.enqueue(p))` and `runtime.runPromise(q.enqueue(p))` on alternate samples, each from a message callback of a pacer thread 2–5 ms after the last sample (a random phase of the event loop's timers); from just before the call to the handler's first line",
+    baseline:
+      "a raw worker on the same connection polling the claim statement every 1 ms (`setTimeout(1)` loop), the enqueue a raw INSERT from the same callback; plainjob: its worker polling every 10 ms",
+    target: {},
+    vsRaw: { p50: 1.5, p99: 2 },
+    sides: ["alkstore", "raw", "plainjob"]
   },
   {
     id: "wake-crossprocess",
     title: "enqueue→handler, cross-process",
     what:
       "worker process waiting in `process`; a second OS process enqueues into the same file; handler time − time right after the enqueue committed, both on `performance.timeOrigin + performance.now()`",
-    baseline: "raw polling at 1 ms: process A runs a raw claim statement on a 1 ms `setTimeout` loop, process B does a raw INSERT",
-    target: { p50: 2, p99: 10 }
+    baseline:
+      "raw polling at 1 ms: process A reads `PRAGMA data_version` on a 1 ms `setTimeout` loop and runs the raw claim when it moved, process B does a raw INSERT; plainjob: its worker polling every 10 ms in A, `queue.add` in B",
+    target: { p50: 2, p99: 10 },
+    vsRaw: { p99: 1.5 },
+    sides: ["alkstore", "raw", "plainjob"]
   },
   {
     id: "idle-cpu",
     title: "idle CPU of a waiting worker",
     what: "one store, one worker waiting in `process`, nothing enqueued; `process.cpuUsage()` over the measured wall time",
-    baseline: "raw polling at 1 ms, idle (the same claim loop as the cross-process baseline)",
-    target: { cpu: 1 }
+    baseline: "raw polling at 1 ms, idle (the same `data_version` loop as the cross-process baseline)",
+    target: { cpu: 1 },
+    sides: ["alkstore", "raw"]
   }
 ]
 
 export const isWakeId = (s: string): s is WakeId => WAKE_SCENARIOS.some((w) => w.id === s)
-
-/** What a waking child prints (one `RESULT {json}` line). */
-export interface WakeResult {
-  /** latency scenarios: one latency per timed sample, in milliseconds, in sample order */
-  readonly latenciesMs?: ReadonlyArray<number>
-  /** idle-cpu: percent of one core */
-  readonly cpuPercent?: number
-  /** diagnostic series in milliseconds (e.g. the enqueue call alone), reported as p50/p99 */
-  readonly series?: Readonly<Record<string, ReadonlyArray<number>>>
-  /** diagnostic single values */
-  readonly values?: Readonly<Record<string, number>>
-  readonly notes?: ReadonlyArray<string>
-}
-
-// ---------- shared helpers ----------
-
-const QUEUE = "wake"
-const WORKER = "w1"
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
-const gapOf = (s: WakeSettings) => () => s.gapMinMs + Math.random() * (s.gapMaxMs - s.gapMinMs)
-/** The clock both processes of the cross-process scenario share (wall-clock based). */
-const clock = () => performance.timeOrigin + performance.now()
-/**
- * This process's `clock()` minus CLOCK_MONOTONIC (`process.hrtime`, one clock
- * for every process on Linux): two processes whose values differ by d read
- * `clock()` d ms apart at the same instant.
- */
-const clockSkew = (): number => {
-  const xs: Array<number> = []
-  for (let i = 0; i < 21; i++) xs.push(clock() - Number(process.hrtime.bigint()) / 1e6)
-  xs.sort((a, b) => a - b)
-  return xs[10]!
-}
-
-/**
- * The raw baseline's table: the same shape and claim statement as
- * bench/contenders/raw.ts (one pending-partial index, claim = one
- * `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING *`).
- */
-const openRaw = async (file: string, create: boolean) => {
-  const { default: Database } = await import("better-sqlite3")
-  const db = new Database(file)
-  db.pragma("journal_mode = WAL")
-  db.pragma("synchronous = NORMAL")
-  if (create) db.exec(rawSchema)
-  const insert = db.prepare(
-    "INSERT INTO jobs (queue, payload, priority, run_at, state, attempts) VALUES (?, ?, 0, ?, 'pending', 0)"
-  )
-  const claimOne = db.prepare(
-    `UPDATE jobs SET state = 'claimed', attempts = attempts + 1, claimed_until = ?, worker_id = ?
-     WHERE id = (SELECT id FROM jobs WHERE queue = ? AND state = 'pending' AND run_at <= ?
-                 ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING *`
-  )
-  const ack = db.prepare("DELETE FROM jobs WHERE id = ?")
-  return {
-    db,
-    enqueue: (n: number) => insert.run(QUEUE, JSON.stringify({ n }), Date.now()),
-    /** claims one job (JSON.parse of its payload included) */
-    claim: (): { readonly id: number; readonly n: number } | undefined => {
-      const now = Date.now()
-      const row = claimOne.get(now + 300_000, WORKER, QUEUE, now) as { id: number; payload: string } | undefined
-      return row === undefined ? undefined : { id: row.id, n: (JSON.parse(row.payload) as { n: number }).n }
-    },
-    ack: (id: number) => ack.run(id)
-  }
-}
-
-/** A raw worker that polls the claim statement every 1 ms (setTimeout); `onJob` is its handler. */
-const rawPoller = (raw: Awaited<ReturnType<typeof openRaw>>, onJob: (n: number, at: number) => void) => {
-  let timer: NodeJS.Timeout | undefined
-  const tick = () => {
-    const job = raw.claim()
-    if (job !== undefined) {
-      onJob(job.n, clock()) // the handler's first line
-      raw.ack(job.id)
-    }
-    timer = setTimeout(tick, 1)
-  }
-  timer = setTimeout(tick, 1)
-  return () => clearTimeout(timer)
-}
-
-const alkstore = async (file: string) => {
-  const effect = await import("effect")
-  const { Queues, SqliteStore } = await import("../src/index.js")
-  const rt = effect.ManagedRuntime.make(SqliteStore.layer({ filename: file }))
-  const q = await rt.runPromise(effect.Effect.flatMap(Queues.Queues, (s) => s.queue(QUEUE)))
-  return { ...effect, rt, q }
-}
 
 /** Untimed settling: lets the worker reach its wait. */
 const SETTLE_MS = 200
@@ -200,7 +136,7 @@ const SETTLE_MS = 200
 // ---------- wake-inprocess ----------
 
 const alkInProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
-  const { Deferred, Duration, Effect, Fiber, Option, rt, q } = await alkstore(file)
+  const { Deferred, Duration, Effect, Fiber, Option, rt, q } = await openAlkstore(file)
   const gap = gapOf(s)
   const program = Effect.gen(function*() {
     const total = s.warmup + s.samples
@@ -356,7 +292,7 @@ const driveCrossProcess = async (
     const mySkew = clockSkew()
     return {
       latenciesMs: latency,
-      series: { [`enqueuer: ${side === "raw" ? "raw INSERT" : "enqueue"} call in process B`]: enqueueMs.slice(s.warmup) },
+      series: { [`enqueuer: ${side === "raw" ? "raw INSERT" : side === "plainjob" ? "queue.add" : "enqueue"} call in process B`]: enqueueMs.slice(s.warmup) },
       values: {
         "clock disagreement A−B (ms; timeOrigin+now vs CLOCK_MONOTONIC)": mySkew - (ready.skew + skew) / 2
       },
@@ -367,40 +303,11 @@ const driveCrossProcess = async (
   }
 }
 
-const withTimeout = (p: Promise<void>, ms: number): Promise<boolean> =>
-  new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms)
-    void p.then(() => {
-      clearTimeout(timer)
-      resolve(true)
-    })
-  })
-
-/** `waitFor(n)` for a worker whose handler calls `seen(n, at)`. */
-const arrivals = (timeoutMs: number) => {
-  const handlerAt = new Map<number, number>()
-  const waiting = new Map<number, () => void>()
-  return {
-    handlerAt,
-    seen: (n: number, at: number) => {
-      handlerAt.set(n, at)
-      waiting.get(n)?.()
-    },
-    waitFor: (n: number) => {
-      if (handlerAt.has(n)) return Promise.resolve(true)
-      return withTimeout(new Promise<void>((r) => waiting.set(n, r)), timeoutMs)
-    }
-  }
-}
-
 const alkCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
-  const { Effect, Fiber, rt, q } = await alkstore(file)
+  const store = await openAlkstore(file)
+  const { Fiber, rt } = store
   const a = arrivals(s.sampleTimeoutMs)
-  const worker = rt.runFork(q.process(WORKER, (job) => {
-    const t = clock() // the handler's first line
-    a.seen((job.payload as { n: number }).n, t)
-    return Effect.void
-  }, { concurrency: 1 }))
+  const worker = alkWorker(store, a.seen)
   await sleep(SETTLE_MS)
   try {
     return await driveCrossProcess("alkstore", file, s, a.handlerAt, a.waitFor)
@@ -413,13 +320,30 @@ const alkCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResul
 const rawCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
   const raw = await openRaw(file, true)
   const a = arrivals(s.sampleTimeoutMs)
-  const stop = rawPoller(raw, a.seen)
+  const stop = rawPoller(raw, a.seen, "dataVersion")
   try {
     const r = await driveCrossProcess("raw", file, s, a.handlerAt, a.waitFor)
-    return { ...r, notes: [...(r.notes ?? []), "raw polling at 1 ms (setTimeout(1) loop on the claim statement)"] }
+    return {
+      ...r,
+      notes: [...(r.notes ?? []), "raw polling at 1 ms (setTimeout(1) loop reading data_version, claiming when it moved)"]
+    }
   } finally {
     stop()
     raw.db.close()
+  }
+}
+
+const plainjobCrossProcess = async (file: string, s: WakeSettings): Promise<WakeResult> => {
+  const pj = await openPlainjob(file) // creates plainjob's tables before B opens the file
+  const a = arrivals(s.sampleTimeoutMs)
+  const stop = pj.worker(a.seen)
+  await sleep(SETTLE_MS)
+  try {
+    const r = await driveCrossProcess("plainjob", file, s, a.handlerAt, a.waitFor)
+    return { ...r, notes: [...(r.notes ?? []), `plainjob's worker polling every ${PLAINJOB_POLL_MS} ms`] }
+  } finally {
+    await stop()
+    pj.close()
   }
 }
 
@@ -456,8 +380,18 @@ export const runEnqueuer = async (side: WakeSide, file: string): Promise<void> =
     close = async () => {
       raw.db.close()
     }
+  } else if (side === "plainjob") {
+    const pj = await openPlainjob(file)
+    enqueue = async (n) => {
+      const t0 = performance.now()
+      pj.enqueue(n) // one autocommit INSERT
+      const at = clock()
+      enqueueMs.push(performance.now() - t0)
+      return at
+    }
+    close = async () => pj.close()
   } else {
-    const { Effect, rt, q } = await alkstore(file)
+    const { Effect, rt, q } = await openAlkstore(file)
     enqueue = (n) =>
       rt.runPromise(Effect.suspend(() => {
         const t0 = performance.now()
@@ -522,7 +456,7 @@ const measureIdle = async (file: string, s: WakeSettings): Promise<WakeResult> =
 }
 
 const alkIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
-  const { Effect, Fiber, rt, q } = await alkstore(file)
+  const { Effect, Fiber, rt, q } = await openAlkstore(file)
   const worker = rt.runFork(q.process(WORKER, () => Effect.void, { concurrency: 1 }))
   try {
     return await measureIdle(file, s)
@@ -534,7 +468,7 @@ const alkIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
 
 const rawIdle = async (file: string, s: WakeSettings): Promise<WakeResult> => {
   const raw = await openRaw(file, true)
-  const stop = rawPoller(raw, () => {})
+  const stop = rawPoller(raw, () => {}, "dataVersion")
   try {
     const r = await measureIdle(file, s)
     return { ...r, notes: ["raw polling at 1 ms, nothing enqueued"] }
@@ -550,8 +484,14 @@ export const runWake = (id: WakeId, side: WakeSide, file: string, s: WakeSetting
   switch (id) {
     case "wake-inprocess":
       return side === "raw" ? rawInProcess(file, s) : alkInProcess(file, s)
+    case "wake-outside":
+      return runOutside(side, file, s)
     case "wake-crossprocess":
-      return side === "raw" ? rawCrossProcess(file, s) : alkCrossProcess(file, s)
+      return side === "raw"
+        ? rawCrossProcess(file, s)
+        : side === "plainjob"
+        ? plainjobCrossProcess(file, s)
+        : alkCrossProcess(file, s)
     case "idle-cpu":
       return side === "raw" ? rawIdle(file, s) : alkIdle(file, s)
   }

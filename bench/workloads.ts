@@ -14,6 +14,7 @@ export type WorkloadId =
   | "drain-1"
   | "drain-1-process"
   | "drain-batch100"
+  | "drain-batch100-read"
   | "drain-stream100"
   | "claim-1k"
   | "claim-1m"
@@ -123,6 +124,13 @@ export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
     title: "drain batched (100)",
     description: (s) =>
       `${s.drainJobs} preloaded jobs, claim ${s.batch} at a time, ack the ${s.batch} in one transaction (alkstore: claimBatch + ackAll)`,
+    rawRef: "drain-batch100"
+  },
+  {
+    id: "drain-batch100-read",
+    title: "drain batched (100), handler reads each payload",
+    description: (s) =>
+      `${s.drainJobs} preloaded jobs, claim ${s.batch} at a time, a handler reads each job's payload (alkstore: \`handle.job.payload\`), ack the ${s.batch} in one transaction (alkstore: claimBatch + ackAll; raw's batched drain parses every payload already)`,
     rawRef: "drain-batch100"
   },
   {

@@ -7,16 +7,15 @@
  * SQLite: the target is a file path. PostgreSQL (PgStore, being built on
  * branch `pg`): a server URL (`ALKSTORE_PG_URL`) and a fresh schema per
  * check, the URL's `search_path` starting at it so the checks' plain SQL
- * (the ledger resource, the lease row) finds the engine's tables. Once
- * `PgStore` is on this branch, the one line to write is in `openStore`.
+ * (the ledger resource, the lease row) finds the engine's tables.
  */
 import type { SqlClient } from "@effect/sql"
 import * as SqlClientTag from "@effect/sql/SqlClient"
-import { Effect, Layer } from "effect"
+import { Effect, type Layer, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { SqliteStore } from "../src/index.js"
+import { PgStore, SqliteStore } from "../src/index.js"
 
 export type Target =
   | { readonly kind: "sqlite"; readonly filename: string }
@@ -35,9 +34,7 @@ export const openStore = (target: Target, settings: Settings = {}): StoreLayer =
     case "sqlite":
       return SqliteStore.layer({ filename: target.filename, ...settings })
     case "pg":
-      // once src/PgStore.ts is here:
-      //   PgStore.layer({ url: Redacted.make(target.url), schema: target.schema, ...settings })
-      return Layer.fail(new Error("the PostgreSQL engine (PgStore) is not on this branch yet"))
+      return PgStore.layer({ url: Redacted.make(target.url), schema: target.schema, ...settings })
   }
 }
 

@@ -6,6 +6,7 @@
 export * as Admin from "./Admin.js"
 export * as Locks from "./Locks.js"
 export * as Outbox from "./Outbox.js"
+export * as PgStore from "./PgStore.js"
 export * as Queues from "./Queues.js"
 export * as Scheduler from "./Scheduler.js"
 export * as SqliteStore from "./SqliteStore.js"

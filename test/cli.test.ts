@@ -3,7 +3,7 @@
  * every command, human and JSON output, and the exit codes (0 ok, 1 refused
  * or not found, 2 bad arguments, 3 database unavailable).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { cli, hostile, seed, type Seeded, tempDir } from "./ops-support.js"
@@ -158,11 +158,24 @@ describe("alkstore CLI", () => {
     const pg = await cli(["stats", "--db", "postgres://user:secret@127.0.0.1:1/alk"])
     expect(pg.code).toBe(3)
     expect(pg.stderr).not.toContain("secret")
-    expect(pg.stderr).toContain("PostgreSQL engine not available in this build")
+    expect(pg.stderr).toContain("cannot open database postgres://user:***@127.0.0.1:1/alk")
     const created = path.join(dir, "created.db")
     const migrated = await cli(["migrate", "--db", created])
     expect([migrated.code, migrated.stdout.trim()]).toEqual([0, "schema up to date: 1_queues_and_locks, 2_scheduler"])
     const viaEnv = await cli(["stats"], { env: { ALKSTORE_DB: created } })
     expect([viaEnv.code, viaEnv.stdout.trim()]).toEqual([0, "no queues yet"])
+  })
+
+  it("a postgres:// URL opens the PostgreSQL engine: migrate, then the same commands", async () => {
+    const url = inject("pgUrl")
+    const migrated = await cli(["migrate", "--db", url])
+    expect(migrated.code).toBe(0)
+    const added = await cli(["schedule", "add", "cli-pg-sweep", "--every", "5m", "--queue", "sweeps", "--payload", '{"kind":"sweep"}', "--db", url])
+    expect(added.code).toBe(0)
+    const listed = await cli(["schedules", "--json", "--db", url])
+    expect(listed.code).toBe(0)
+    expect(JSON.stringify(JSON.parse(listed.stdout))).toContain("cli-pg-sweep")
+    expect((await cli(["schedule", "remove", "cli-pg-sweep", "--db", url])).code).toBe(0)
+    expect((await cli(["stats", "--db", url])).code).toBe(0)
   })
 })

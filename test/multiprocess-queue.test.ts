@@ -6,7 +6,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { spawn } from "node:child_process"
-import { freshFile, sqliteOwned } from "./contract/harness.js"
+import { type EngineUnderTest, freshFile, pgChildDatabase, pgOwned, sqliteOwned } from "./contract/harness.js"
 
 interface Report {
   readonly worker: number
@@ -32,14 +32,23 @@ const runChild = (args: ReadonlyArray<string>) =>
     return Effect.sync(() => child.kill("SIGKILL"))
   })
 
-const jobCount = (filename: string) =>
+const jobCount = (engine: EngineUnderTest, filename: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const [row] = yield* sql<{ n: number }>`SELECT count(*) AS n FROM __alkstore_jobs`
-    return row!.n
-  }).pipe(Effect.provide(sqliteOwned.store({ filename })))
+    return Number(row!.n)
+  }).pipe(Effect.provide(engine.store({ filename })))
 
-describe("several processes on one SQLite file", () => {
+const variants = [
+  { engine: sqliteOwned, title: "one SQLite file", database: (filename: string) => Effect.succeed(filename) },
+  {
+    engine: pgOwned,
+    title: "one PostgreSQL database",
+    database: (filename: string) => Effect.promise(() => pgChildDatabase(filename))
+  }
+] as const
+
+for (const { database, engine, title } of variants) describe(`several processes on ${title}`, () => {
   it.live("enqueue and claim concurrently: no job claimed twice, none lost", () => {
     const filename = freshFile("multiprocess")
     const workers = 2
@@ -50,10 +59,11 @@ describe("several processes on one SQLite file", () => {
         const sql = yield* SqlClient.SqlClient
         yield* sql`CREATE TABLE mp_ready (worker INTEGER PRIMARY KEY)`
         yield* sql`CREATE TABLE mp_done (worker INTEGER PRIMARY KEY)`
-      }).pipe(Effect.provide(sqliteOwned.store({ filename })))
+      }).pipe(Effect.provide(engine.store({ filename })))
+      const db = yield* database(filename)
 
       const reports = yield* Effect.all(
-        Array.from({ length: workers }, (_, i) => runChild([filename, String(i), String(workers), String(perWorker)])),
+        Array.from({ length: workers }, (_, i) => runChild([db, String(i), String(workers), String(perWorker)])),
         { concurrency: "unbounded" }
       )
 
@@ -70,7 +80,7 @@ describe("several processes on one SQLite file", () => {
       // the work really was shared between processes
       expect(reports.filter((r) => r.claimed.length > 0).length).toBeGreaterThanOrEqual(2)
       expect(reports.some((r) => r.claimed.some((c) => !c.key.startsWith(`${r.worker}:`)))).toBe(true)
-      expect(yield* jobCount(filename)).toBe(0)
+      expect(yield* jobCount(engine, filename)).toBe(0)
     })
   }, 60_000)
 })

@@ -1,19 +1,69 @@
 /**
  * The scheduler across OS processes, in real time: three processes run
- * `runAsStandby` on one SQLite file while the test SIGKILLs whoever leads,
+ * `runAsStandby` on one SQLite file (then on one PostgreSQL database) while the test SIGKILLs whoever leads,
  * three times, and starts a replacement each time so three stay alive.
  * Afterwards every elapsed boundary of an `@every 1s` schedule was fired
  * exactly once: no duplicate `runAt`, no gap (a new leader's catch-up refills
  * the boundaries that elapsed while nobody could lead).
  */
 import Sqlite from "better-sqlite3"
+import Pg from "pg"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as readline from "node:readline"
 import { DateTime, Effect } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
-import { Scheduler, SqliteStore } from "../src/index.js"
-import { freshFile } from "./contract/harness.js"
+import { Scheduler } from "../src/index.js"
+import { type EngineUnderTest, freshFile, pgChildDatabase, pgOwned, sqliteOwned } from "./contract/harness.js"
+
+/** What the test reads from the store while the fleet runs (it must not disturb the fleet). */
+interface Reader {
+  readonly lease: () => Promise<{ owner: string; expires_at: number } | undefined>
+  readonly fired: () => Promise<Array<{ run_at: number; created_at: number }>>
+  readonly nextFireAt: () => Promise<number>
+  readonly close: () => Promise<void>
+}
+
+const leaseSql = `SELECT owner, expires_at FROM __alkstore_locks WHERE name = '__alkstore_scheduler'`
+const firedSql = `SELECT run_at, created_at FROM __alkstore_jobs WHERE queue = 'ticks' ORDER BY run_at, id`
+const nextSql = `SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = 'tick'`
+
+const sqliteReader = async (file: string): Promise<Reader> => {
+  const db = new Sqlite(file, { readonly: true, timeout: 1_000 })
+  return {
+    lease: async () => db.prepare(leaseSql).get() as { owner: string; expires_at: number } | undefined,
+    fired: async () => db.prepare(firedSql).all() as Array<{ run_at: number; created_at: number }>,
+    nextFireAt: async () => (db.prepare(nextSql).get() as { next_fire_at: number }).next_fire_at,
+    close: async () => {
+      db.close()
+    }
+  }
+}
+
+const pgReader = async (database: string): Promise<Reader> => {
+  const url = database.slice(database.indexOf(":", 3) + 1)
+  const client = new Pg.Client({ connectionString: url })
+  await client.connect()
+  const rows = async (text: string) => (await client.query(text)).rows.map((row: Record<string, string>) =>
+    Object.fromEntries(Object.entries(row).map(([k, v]) => [k, /^\d+$/.test(String(v)) ? Number(v) : v]))
+  )
+  return {
+    lease: async () => (await rows(leaseSql))[0] as { owner: string; expires_at: number } | undefined,
+    fired: async () => (await rows(firedSql)) as Array<{ run_at: number; created_at: number }>,
+    nextFireAt: async () => ((await rows(nextSql))[0] as { next_fire_at: number }).next_fire_at,
+    close: () => client.end()
+  }
+}
+
+const variants: ReadonlyArray<{
+  readonly title: string
+  readonly engine: EngineUnderTest
+  readonly database: (file: string) => Promise<string>
+  readonly reader: (database: string) => Promise<Reader>
+}> = [
+  { title: "one SQLite file", engine: sqliteOwned, database: async (file) => file, reader: sqliteReader },
+  { title: "one PostgreSQL database", engine: pgOwned, database: pgChildDatabase, reader: pgReader }
+]
 
 const root = path.resolve(import.meta.dirname, "..")
 const interval = 1_000
@@ -51,10 +101,10 @@ const spawnMember = (file: string): Member => {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
-const waitFor = async <A>(what: string, probe: () => A | undefined, timeoutMs: number): Promise<A> => {
+const waitFor = async <A>(what: string, probe: () => A | undefined | Promise<A | undefined>, timeoutMs: number): Promise<A> => {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
-    const value = probe()
+    const value = await probe()
     if (value !== undefined) return value
     await sleep(20)
   }
@@ -65,24 +115,23 @@ afterAll(() => {
   for (const member of members.values()) if (!member.exited) member.child.kill("SIGKILL")
 })
 
-describe("scheduler across processes", () => {
+for (const variant of variants) describe(`scheduler across processes on ${variant.title}`, () => {
   it("one firer per boundary, no gaps, while leaders are SIGKILLed", async () => {
-    const file = freshFile("fleet")
+    const filename = freshFile("fleet")
     const registered = await Effect.runPromise(
       Effect.flatMap(Scheduler.Scheduler, (scheduler) => scheduler.schedule("tick", "@every 1s", "ticks", { t: 1 })).pipe(
-        Effect.provide(SqliteStore.layer({ filename: file }))
+        Effect.provide(variant.engine.store({ filename })),
+        Effect.orDie
       )
     )
     const first = DateTime.toEpochMillis(registered.nextFireAt)
+    const file = await variant.database(filename)
 
-    const db = new Sqlite(file, { readonly: true, timeout: 1_000 })
+    const db = await variant.reader(file)
     try {
-      const leaseRow = db.prepare(
-        `SELECT owner, expires_at FROM __alkstore_locks WHERE name = '__alkstore_scheduler'`
-      )
       /** The live member holding the lease now, if any. */
-      const leader = (): Member | undefined => {
-        const row = leaseRow.get() as { owner: string; expires_at: number } | undefined
+      const leader = async (): Promise<Member | undefined> => {
+        const row = await db.lease()
         if (row === undefined || row.expires_at <= Date.now()) return undefined
         for (const member of members.values()) {
           if (!member.exited && member.instance !== undefined && row.owner.startsWith(`${member.instance}:`)) {
@@ -94,7 +143,7 @@ describe("scheduler across processes", () => {
 
       for (let i = 0; i < 3; i++) spawnMember(file)
       await waitFor("three members to start", () =>
-        [...members.values()].every((m) => m.instance !== undefined) || undefined, 30_000)
+        [...members.values()].every((m) => m.instance !== undefined) || undefined, 60_000)
 
       // SIGKILL whoever leads, `kills` times, a few boundaries into each tenure. (A
       // leader starved of CPU past its lease may also hand over on its own: fine.)
@@ -115,13 +164,9 @@ describe("scheduler across processes", () => {
       for (const member of members.values()) if (!member.exited) member.child.kill("SIGKILL")
       await waitFor("the fleet to stop", () => [...members.values()].every((m) => m.exited) || undefined, 5_000)
 
-      const fired = db.prepare(
-        `SELECT run_at, created_at FROM __alkstore_jobs WHERE queue = 'ticks' ORDER BY run_at, id`
-      ).all() as Array<{ run_at: number; created_at: number }>
+      const fired = await db.fired()
       const runAts = fired.map((row) => row.run_at)
-      const next = (db.prepare(`SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = 'tick'`).get() as {
-        next_fire_at: number
-      }).next_fire_at
+      const next = await db.nextFireAt()
       const lags = fired.map((row) => row.created_at - row.run_at)
       const maxLag = Math.max(...lags)
       console.log(
@@ -147,7 +192,7 @@ describe("scheduler across processes", () => {
       // the kills did leave boundaries to catch up on
       expect(maxLag).toBeGreaterThan(200)
     } finally {
-      db.close()
+      await db.close()
     }
-  }, 90_000)
+  }, 150_000)
 })

@@ -41,12 +41,15 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
           yield* h.value.ack
         }
       })
-    const drainBatched = (total: number) =>
+    let seen = 0
+    const drainBatched = (total: number, read = false) =>
       Effect.gen(function*() {
         let done = 0
         while (done < total) {
           const hs = yield* q.claimBatch(WORKER, s.batch)
           if (hs.length === 0) return yield* Effect.die(new Error(`alkstore: queue empty after ${done}`))
+          // the handler every real worker has: it reads the job's payload
+          if (read) for (const h of hs) seen += (h.job.payload as { n: number }).n >= 0 ? 1 : 0
           yield* q.ackAll(hs)
           done += hs.length
         }
@@ -111,6 +114,13 @@ const run = async (workload: WorkloadId, { file, sizes: s }: RunContext): Promis
         yield* preload(s.drainJobs)
         yield* start
         yield* drainBatched(s.drainJobs)
+        ops = s.drainJobs
+        break
+      case "drain-batch100-read":
+        yield* preload(s.drainJobs)
+        yield* start
+        yield* drainBatched(s.drainJobs, true)
+        if (seen !== s.drainJobs) return yield* Effect.die(new Error(`alkstore: read ${seen} payloads`))
         ops = s.drainJobs
         break
       case "drain-stream100":
@@ -189,6 +199,7 @@ export const contender: Contender = {
     "drain-1": true,
     "drain-1-process": true,
     "drain-batch100": true,
+    "drain-batch100-read": true,
     "drain-stream100": true,
     "claim-1k": true,
     "claim-1m": true,

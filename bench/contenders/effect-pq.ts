@@ -135,6 +135,7 @@ export const contender: Contender = {
     "drain-1": true,
     "drain-1-process": "no worker runner: take(handler) is its consumer API (see drain-1)",
     "drain-batch100": true,
+    "drain-batch100-read": "no batch claim without a handler (see drain-batch100)",
     "drain-stream100": "no stream API",
     "claim-1k": true,
     "claim-1m": true,

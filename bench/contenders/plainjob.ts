@@ -134,6 +134,7 @@ export const contender: Contender = {
     "drain-1": true,
     "drain-1-process": true,
     "drain-batch100": "no batch claim: getAndMarkJobAsProcessing claims exactly one job",
+    "drain-batch100-read": "no batch claim: getAndMarkJobAsProcessing claims exactly one job",
     "drain-stream100": "no stream / batch consumer API",
     "claim-1k": true,
     "claim-1m": true,

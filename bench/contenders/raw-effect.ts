@@ -73,6 +73,7 @@ export const contender: Contender = {
     "drain-1": true,
     "drain-1-process": reference,
     "drain-batch100": reference,
+    "drain-batch100-read": reference,
     "drain-stream100": reference,
     "claim-1k": reference,
     "claim-1m": reference,

@@ -205,6 +205,7 @@ export const contender: Contender = {
     "drain-1": true,
     "drain-1-process": "baseline row is drain-1",
     "drain-batch100": true,
+    "drain-batch100-read": "baseline row is drain-batch100 (it parses every payload)",
     "drain-stream100": "baseline row is drain-batch100",
     "claim-1k": true,
     "claim-1m": true,

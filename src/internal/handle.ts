@@ -11,11 +11,70 @@ import type { PayloadCodec } from "./payload.js"
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
 
+
 /**
- * A stored row as the contract's `Job`. `queue` is the caller's own name
- * where it has one: a name read back from storage is used only because
- * names are well-formed (checked at every entry point), so it is the same
- * string that was written.
+ * A claimed row as the contract's `Job`, for `handle.job`: what every
+ * handler reads — the id, the payload, the counters — are plain fields, while
+ * the `DateTime`, `Duration` and `Option` fields (a dozen allocations) are
+ * built together on the first touch of any of them, so a batch read for its
+ * payloads never builds them. Those are getters on the prototype: a spread
+ * copy (`{ ...handle.job }`) has the plain fields only; `toJSON()` gives
+ * the whole job as a plain object.
+ */
+class JobView<A> implements Q.Job<A> {
+  readonly id: number
+  readonly state: Q.Job<A>["state"]
+  readonly priority: number
+  readonly attempts: number
+  readonly maxAttempts: number
+  readonly #row: JobRow
+  #full: Q.Job<A> | undefined
+  constructor(row: JobRow, readonly payload: A, readonly queue: string) {
+    this.#row = row
+    this.id = row.id
+    this.state = row.state === "scheduled" ? "pending" : row.state
+    this.priority = row.priority
+    this.attempts = row.attempts
+    this.maxAttempts = row.max_attempts
+  }
+  toJSON(): Q.Job<A> {
+    return (this.#full ??= toJob(this.#row, this.payload, this.queue))
+  }
+  get runAt() {
+    return this.toJSON().runAt
+  }
+  get visibilityTimeout() {
+    return this.toJSON().visibilityTimeout
+  }
+  get backoffBase() {
+    return this.toJSON().backoffBase
+  }
+  get expiresAt() {
+    return this.toJSON().expiresAt
+  }
+  get claimedUntil() {
+    return this.toJSON().claimedUntil
+  }
+  get workerId() {
+    return this.toJSON().workerId
+  }
+  get createdAt() {
+    return this.toJSON().createdAt
+  }
+  get lastError() {
+    return this.toJSON().lastError
+  }
+  get diedAt() {
+    return this.toJSON().diedAt
+  }
+}
+
+/**
+ * A stored row as the contract's `Job`, every field built now (a plain
+ * object: inspection reads few rows, and callers spread it). `queue` is the
+ * caller's own name where it has one: a name read back from storage is used
+ * only because names are well-formed (checked at every entry point), so it
+ * is the same string that was written.
  */
 export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> => ({
   id: row.id,
@@ -66,9 +125,9 @@ export const settle = <A, E>(
 
 /**
  * Claim handles of one queue. Claims come by the thousand: the `Job` view
- * is built on first use (a batch acked unread never builds it), and
- * `ack`/`release` are getters, so a handle is one object and three closures
- * (the closures keep `const { retry } = handle` working).
+ * is built on first use (a batch acked unread never builds it), and every
+ * operation is a getter, so a handle is one object (a getter's closure keeps
+ * `const { retry } = handle` working, built when it is read).
  */
 export const makeHandles = <A>(
   queueName: string,
@@ -87,7 +146,7 @@ export const makeHandles = <A>(
       this.fence = { id: row.id, token: row.claim_token }
     }
     get job(): Q.Job<A> {
-      if (this.view === undefined) this.view = toJob(this.row, this.payload, queueName)
+      if (this.view === undefined) this.view = new JobView(this.row, this.payload, queueName)
       return this.view
     }
     get ack() {
@@ -98,9 +157,9 @@ export const makeHandles = <A>(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
     }
-    readonly retry = (error?: unknown, delay?: Duration.DurationInput) => {
+    get retry() {
       const { fence, row } = this
-      return Effect.gen(function*() {
+      return (error?: unknown, delay?: Duration.DurationInput) => Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
         if (row.attempts >= row.max_attempts) {
@@ -113,10 +172,13 @@ export const makeHandles = <A>(
         return retried ? "retried" as const : "lost" as const
       })
     }
-    readonly fail = (error: unknown) => bury(this.fence, errorText(error) ?? "failed")
-    readonly heartbeat = (extend?: Duration.DurationInput) => {
+    get fail() {
+      const { fence } = this
+      return (error: unknown) => bury(fence, errorText(error) ?? "failed")
+    }
+    get heartbeat() {
       const { fence, row } = this
-      return Effect.gen(function*() {
+      return (extend?: Duration.DurationInput) => Effect.gen(function*() {
         const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
         const claimedUntil = yield* instantAfter(
           extendMillis === undefined ? "visibilityTimeout" : "extend",

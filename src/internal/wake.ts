@@ -84,7 +84,9 @@ export const makeWakeHub = (): WakeHub => {
       if (current?.delete(deferred) === true && current.size === 0) topics.delete(topic)
     }
     // The deadline is a forked sleep that completes the same deferred: the
-    // wake path then interrupts it without waiting (no race to tear down).
+    // wake path then interrupts it without waiting (no race to tear down),
+    // by message (`interruptAsFork`): `interruptFork` would fork a third
+    // fiber to deliver it, on the path from a signal to the claim.
     const timer = (millis: number) =>
       Effect.zipRight(
         Effect.sleep(Duration.millis(Math.max(0, millis))),
@@ -97,7 +99,8 @@ export const makeWakeHub = (): WakeHub => {
           () =>
             Effect.flatMap(
               Effect.fork(timer(millis)),
-              (sleeper) => Effect.ensuring(Deferred.await(deferred), Fiber.interruptFork(sleeper))
+              (sleeper) =>
+                Effect.ensuring(Deferred.await(deferred), Effect.fiberIdWith((id) => Fiber.interruptAsFork(sleeper, id)))
             ),
           () =>
             Effect.sync(() => {

@@ -7,7 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Either, Option, TestClock } from "effect"
 import { Admin, Locks, Outbox, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
-import { mustClaim, queueOf, type StoreServices } from "./support.js"
+import { mustClaim, queueOf, type StoreServices, advance } from "./support.js"
 
 const summaryOf = (name: string) =>
   Effect.flatMap(Admin.Admin, (admin) =>
@@ -29,14 +29,14 @@ export const adminContract = (engine: EngineUnderTest) =>
         yield* reports.enqueue("r")
         const claimed = yield* mustClaim(emails, "w")
         yield* (yield* mustClaim(reports, "w")).fail("broken")
-        yield* TestClock.adjust("10 seconds")
+        yield* advance("10 seconds")
         const queues = yield* admin.queues
         expect(queues.map((q) => q.name)).toEqual(["emails", "reports"])
         expect(queues[0]).toMatchObject({ pending: 1, scheduled: 1, claimed: 1, dead: 0 })
         expect(Option.map(queues[0]!.oldestPendingAge, Duration.toMillis)).toEqual(Option.some(10_000))
         expect(queues[1]).toMatchObject({ pending: 0, scheduled: 0, claimed: 0, dead: 1 })
         expect(Option.isNone(queues[1]!.oldestPendingAge)).toBe(true)
-        yield* TestClock.adjust("1 minute")
+        yield* advance("1 minute")
         expect(yield* summaryOf("emails")).toMatchObject({ pending: 2, scheduled: 0, claimed: 1 })
         yield* claimed.ack
         expect(yield* admin.totals).toEqual({ lastJobId: 4, live: 3 })
@@ -130,7 +130,7 @@ export const adminContract = (engine: EngineUnderTest) =>
         yield* q.enqueue(1)
         yield* q.enqueue(2)
         yield* (yield* mustClaim(q, "w")).fail("x")
-        yield* TestClock.adjust("2 hours")
+        yield* advance("2 hours")
         yield* (yield* mustClaim(q, "w")).fail("y")
         expect(yield* admin.purgeDead("work", "1 hour")).toBe(1)
         expect(yield* admin.purgeDead("work")).toBe(1)
@@ -153,7 +153,7 @@ export const adminContract = (engine: EngineUnderTest) =>
         yield* first.release
         yield* locks.acquire("reindex", { ttl: "30 seconds", owner: "host-b" })
         yield* locks.acquire("backup", { ttl: "10 seconds", owner: "host-a" })
-        yield* TestClock.adjust("20 seconds")
+        yield* advance("20 seconds")
         const rows = yield* admin.locks
         expect(rows.map(({ held, name, owner, token }) => ({ name, owner, token, held }))).toEqual([
           { name: "backup", owner: "host-a", token: 1, held: false },

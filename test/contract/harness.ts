@@ -5,19 +5,35 @@
  */
 import type { SqlClient } from "@effect/sql"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Layer } from "effect"
-import { afterAll } from "vitest"
+import { Effect, Layer, Redacted } from "effect"
+import Pg from "pg"
+import { pgTestTypes } from "../fixtures/types.js"
+import { afterAll, inject } from "vitest"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { SqliteStore } from "../../src/index.js"
+import { PgStore, SqliteStore } from "../../src/index.js"
 
 export type StoreLayer = Layer.Layer<SqliteStore.Mechanisms | SqlClient.SqlClient, unknown>
+
+/**
+ * Settings a test may give a store. `filename` names the database: two
+ * stores given the same one share it (on PostgreSQL it names a schema).
+ * Each engine takes the settings it knows.
+ */
+export type TestStoreSettings = SqliteStore.StoreSettings & PgStore.StoreSettings & { readonly filename?: string }
 
 export interface EngineUnderTest {
   readonly name: string
   /** A store over a fresh database, with settings for tests that shorten them. */
-  readonly store: (settings?: SqliteStore.StoreSettings & { readonly filename?: string }) => StoreLayer
+  readonly store: (settings?: TestStoreSettings) => StoreLayer
+  /**
+   * What only some engines have, for the few tests of engine mechanics:
+   * `sqliteFile` — a SQLite file (busy writers, the WAL checkpointer,
+   * `EXPLAIN QUERY PLAN`, the `data_version` watcher, file replacement);
+   * `postgres` — a PostgreSQL server (`EXPLAIN`, LISTEN/NOTIFY).
+   */
+  readonly capabilities: { readonly sqliteFile: boolean; readonly postgres: boolean }
 }
 
 let counter = 0
@@ -28,17 +44,115 @@ afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 /** A database file path no other test uses. */
 export const freshFile = (label = "db") => path.join(dir, `${process.pid}-${++counter}-${label}.db`)
 
+const sqliteOnly = { sqliteFile: true, postgres: false } as const
+
+const sqliteSettings = (settings: TestStoreSettings): SqliteStore.StoreSettings => {
+  const {
+    clock: _c,
+    clockResync: _r,
+    filename: _f,
+    listenHeartbeat: _h,
+    listenHeartbeatTimeout: _t,
+    listenUrl: _u,
+    schema: _s,
+    ...rest
+  } = settings
+  return rest
+}
+
 export const sqliteOwned: EngineUnderTest = {
   name: "sqlite (SqliteStore.layer)",
-  store: (settings = {}) => SqliteStore.layer({ filename: settings.filename ?? freshFile(), ...settings })
+  capabilities: sqliteOnly,
+  store: (settings = {}) => SqliteStore.layer({ filename: settings.filename ?? freshFile(), ...sqliteSettings(settings) })
 }
 
 export const sqliteFromClient: EngineUnderTest = {
   name: "sqlite (SqliteStore.layerFromClient over @effect/sql-sqlite-node)",
+  capabilities: sqliteOnly,
   store: (settings = {}) =>
-    SqliteStore.layerFromClient(settings).pipe(
+    SqliteStore.layerFromClient(sqliteSettings(settings)).pipe(
       Layer.provideMerge(SqliteClient.layer({ filename: settings.filename ?? freshFile() }))
     )
 }
 
-export const engines: ReadonlyArray<EngineUnderTest> = [sqliteOwned, sqliteFromClient]
+// ---- PostgreSQL: one fresh database per test file, one fresh schema per store (per `filename`).
+
+/** The server the global setup started (or ALKSTORE_PG_URL). */
+export const pgServerUrl = inject("pgUrl")
+
+const urlWith = (base: string, changes: { database?: string; searchPath?: string }) => {
+  const url = new URL(base)
+  if (changes.database !== undefined) url.pathname = `/${changes.database}`
+  if (changes.searchPath !== undefined) url.searchParams.set("options", `-c search_path=${changes.searchPath}`)
+  return url.toString()
+}
+
+const testDatabase = `alkstore_test_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+let databaseCreated: Promise<void> | undefined
+const admin = async <A>(f: (client: Pg.Client) => Promise<A>) => {
+  const client = new Pg.Client({ connectionString: pgServerUrl })
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+/** The file's database, created on first use (files that never use PostgreSQL create none). */
+export const pgDatabaseUrl = async () => {
+  databaseCreated ??= admin(async (c) => {
+    await c.query(`CREATE DATABASE ${testDatabase}`)
+  })
+  await databaseCreated
+  return urlWith(pgServerUrl, { database: testDatabase })
+}
+afterAll(async () => {
+  if (databaseCreated === undefined) return
+  await databaseCreated.catch(() => {})
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${testDatabase} WITH (FORCE)`))
+})
+
+const schemas = new Map<string, string>()
+/** The schema a `filename` names (a fresh one when none is given). */
+export const pgSchemaFor = (filename: string = freshFile()) => {
+  let schema = schemas.get(filename)
+  if (schema === undefined) {
+    schema = `t${schemas.size + 1}`
+    schemas.set(filename, schema)
+  }
+  return schema
+}
+
+/**
+ * The contract tests read engine tables with plain SQL (`__alkstore_jobs`):
+ * the test connection's search_path starts at the store's schema.
+ */
+export { pgTestTypes }
+
+/** A child process's database argument (test/fixtures/store.ts) for the schema `filename` names. */
+export const pgChildDatabase = async (filename: string) =>
+  `pg:${pgSchemaFor(filename)}:${urlWith(await pgDatabaseUrl(), { searchPath: `${pgSchemaFor(filename)},public` })}`
+
+const pgSettings = (settings: TestStoreSettings): PgStore.StoreSettings => {
+  const { busyPatience: _b, filename: _f, watchInterval: _w, ...rest } = settings
+  return rest
+}
+
+export const pgOwned: EngineUnderTest = {
+  name: "postgresql (PgStore.layer)",
+  capabilities: { sqliteFile: false, postgres: true },
+  store: (settings = {}) => {
+    const schema = pgSchemaFor(settings.filename)
+    return Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (database) =>
+      PgStore.layer({
+        url: Redacted.make(urlWith(database, { searchPath: `${schema},public` })),
+        schema,
+        clock: "host",
+        types: pgTestTypes,
+        listenHeartbeat: "1 second",
+        ...pgSettings(settings)
+      })))
+  }
+}
+
+export const engines: ReadonlyArray<EngineUnderTest> = [sqliteOwned, sqliteFromClient, pgOwned]

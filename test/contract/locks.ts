@@ -7,7 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { Locks } from "../../src/index.js"
 import { type EngineUnderTest, freshFile } from "./harness.js"
-import { lockCount, ms, type StoreServices } from "./support.js"
+import { lockCount, ms, type StoreServices, advance } from "./support.js"
 
 const acquire = (name: string, opts: Locks.AcquireOpts) => Effect.flatMap(Locks.Locks, (locks) => locks.acquire(name, opts))
 
@@ -36,15 +36,15 @@ export const locksContract = (engine: EngineUnderTest) =>
     describe("acquire", () => {
       it.effect("a free lock is taken; another owner is refused until the lease lapses at expiresAt", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const a = yield* mustAcquire("report", { ttl: "30 seconds", owner: "a" })
           expect(a).toMatchObject({ name: "report", owner: "a" })
           expect(ms(a.expiresAt)).toBe(31_000)
           expect(Number.isSafeInteger(a.token)).toBe(true)
           yield* refused("report", { ttl: "30 seconds", owner: "b" })
-          yield* TestClock.adjust(29_999)
+          yield* advance(29_999)
           yield* refused("report", { ttl: "30 seconds", owner: "b" })
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           const b = yield* mustAcquire("report", { ttl: "10 seconds", owner: "b" })
           expect(b.token).toBeGreaterThan(a.token)
           expect(ms(b.expiresAt)).toBe(41_000)
@@ -55,12 +55,12 @@ export const locksContract = (engine: EngineUnderTest) =>
       it.effect("re-entrant: the same owner again extends the lease and keeps the token", () =>
         run(Effect.gen(function*() {
           const first = yield* mustAcquire("r", { ttl: "30 seconds", owner: "a" })
-          yield* TestClock.adjust("20 seconds")
+          yield* advance("20 seconds")
           const again = yield* mustAcquire("r", { ttl: "30 seconds", owner: "a" })
           expect(again.token).toBe(first.token)
           expect(ms(again.expiresAt)).toBe(50_000)
           // past the first lease's end the lock is still held
-          yield* TestClock.adjust("15 seconds")
+          yield* advance("15 seconds")
           yield* refused("r", { ttl: "1 second", owner: "b" })
           // both handles are the same tenure
           expect(yield* first.renew()).toBe(true)
@@ -71,24 +71,24 @@ export const locksContract = (engine: EngineUnderTest) =>
       it.effect("re-entry with a shorter ttl never moves expiresAt earlier; the handle carries the real lease end", () =>
         run(Effect.gen(function*() {
           const first = yield* mustAcquire("r", { ttl: "60 seconds", owner: "a" })
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const again = yield* mustAcquire("r", { ttl: "1 second", owner: "a" })
           expect(again.token).toBe(first.token)
           expect(ms(again.expiresAt)).toBe(60_000)
           expect((yield* storedRow("r"))!.expires_at).toBe(60_000)
           // nobody else gets in before the first lease ends
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           yield* refused("r", { ttl: "1 second", owner: "b" })
           // the short handle's renewals keep the shared lease too
           expect(yield* again.renew()).toBe(true)
           expect(yield* again.renew("1 millis")).toBe(true)
           expect((yield* storedRow("r"))!.expires_at).toBe(60_000)
-          yield* TestClock.adjust(57_999)
+          yield* advance(57_999)
           yield* refused("r", { ttl: "1 second", owner: "b" })
           // a longer re-entry extends it
           const longer = yield* mustAcquire("r", { ttl: "10 seconds", owner: "a" })
           expect(ms(longer.expiresAt)).toBe(69_999)
-          yield* TestClock.adjust(10_000)
+          yield* advance(10_000)
           const b = yield* mustAcquire("r", { ttl: "1 second", owner: "b" })
           expect(b.token).toBeGreaterThan(first.token)
         })))
@@ -102,15 +102,15 @@ export const locksContract = (engine: EngineUnderTest) =>
               return handle
             })
           yield* take("a")
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           yield* take("a") // the same owner after its lease lapsed: a new tenure
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const b = yield* take("b") // another owner after a lapse
           const reentered = yield* mustAcquire("t", { ttl: "1 second", owner: "b" })
           expect(reentered.token).toBe(b.token) // re-entrant: the same tenure
           expect(yield* reentered.release).toBe(true)
           yield* take("b") // the same owner after its release: a new tenure
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const c = yield* take("c")
           expect(yield* c.release).toBe(true)
           yield* take("a") // another owner after a release
@@ -168,10 +168,10 @@ export const locksContract = (engine: EngineUnderTest) =>
       it.effect("renew extends the lease while held, by the acquiring ttl or the one given", () =>
         run(Effect.gen(function*() {
           const handle = yield* mustAcquire("r", { ttl: "10 seconds", owner: "a" })
-          yield* TestClock.adjust("9 seconds")
+          yield* advance("9 seconds")
           expect(yield* handle.renew()).toBe(true)
           expect((yield* storedRow("r"))!.expires_at).toBe(19_000)
-          yield* TestClock.adjust("9 seconds")
+          yield* advance("9 seconds")
           yield* refused("r", { ttl: "1 second", owner: "b" })
           expect(yield* handle.renew("1 minute")).toBe(true)
           expect((yield* storedRow("r"))!.expires_at).toBe(78_000)
@@ -181,7 +181,7 @@ export const locksContract = (engine: EngineUnderTest) =>
       it.effect("renew is false once the lease lapsed, even with nobody else holding it", () =>
         run(Effect.gen(function*() {
           const handle = yield* mustAcquire("r", { ttl: "10 seconds", owner: "a" })
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect(yield* handle.renew()).toBe(false)
           expect(yield* handle.release).toBe(false)
           // and the lapse ended that tenure: taking it again is a new token
@@ -193,7 +193,7 @@ export const locksContract = (engine: EngineUnderTest) =>
       it.effect("after a takeover the old handle can neither renew nor release", () =>
         run(Effect.gen(function*() {
           const old = yield* mustAcquire("r", { ttl: "10 seconds", owner: "a" })
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const thief = yield* mustAcquire("r", { ttl: "10 seconds", owner: "b" })
           expect(yield* old.renew()).toBe(false)
           expect(yield* old.release).toBe(false)
@@ -279,12 +279,12 @@ export const locksContract = (engine: EngineUnderTest) =>
           )
           const expiries: Array<number> = []
           for (let step = 1; step <= 9; step++) {
-            yield* TestClock.adjust("10 seconds")
+            yield* advance("10 seconds")
             expiries.push((yield* storedRow("long"))!.expires_at)
             yield* refused("long", { ttl: "1 second", owner: "other" })
           }
           expect(expiries).toEqual([40, 50, 60, 70, 80, 90, 100, 110, 120].map((s) => s * 1_000))
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect(yield* Fiber.join(fiber)).toBe("done")
           yield* mustAcquire("long", { ttl: "1 second", owner: "other" })
         })))
@@ -303,10 +303,10 @@ export const locksContract = (engine: EngineUnderTest) =>
             )
           ))
           yield* Deferred.await(started)
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect(fiber.unsafePoll()).toBeNull()
           yield* sql`UPDATE __alkstore_locks SET owner = 'thief' WHERE name = 'stolen'`
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const error = yield* Effect.flip(Fiber.join(fiber))
           expect(error).toMatchObject({ _tag: "LockLost", name: "stolen" })
           expect(yield* Ref.get(interrupted)).toBe(true)
@@ -319,10 +319,10 @@ export const locksContract = (engine: EngineUnderTest) =>
           const sql = yield* SqlClient.SqlClient
           const locks = yield* Locks.Locks
           const fiber = yield* Effect.fork(locks.withLock("lapsing", "30 seconds", Effect.never))
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           // another tenure began meanwhile (as after a lapse): a greater token
           yield* sql`UPDATE __alkstore_locks SET owner = 'next', token = token + 1 WHERE name = 'lapsing'`
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect(yield* Effect.flip(Fiber.join(fiber))).toMatchObject({ _tag: "LockLost", name: "lapsing" })
         })))
 

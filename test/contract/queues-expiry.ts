@@ -6,7 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option, TestClock } from "effect"
 import type { EngineUnderTest } from "./harness.js"
-import { claimsNothing, jobCount, ms, mustClaim, mustGet, optionalMs, queueOf, type StoreServices } from "./support.js"
+import { claimsNothing, jobCount, ms, mustClaim, mustGet, optionalMs, queueOf, type StoreServices, advance } from "./support.js"
 
 export const queuesExpiryContract = (engine: EngineUnderTest) =>
   describe(`queues: expiry, keys and repair — ${engine.name}`, () => {
@@ -17,9 +17,9 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("keys")
           const first = yield* q.enqueue(1, { key: "k", expires: "1 second" })
-          yield* TestClock.adjust(999)
+          yield* advance(999)
           expect(yield* q.enqueue(2, { key: "k" })).toBe(first)
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           const second = yield* q.enqueue(3, { key: "k" })
           expect(second).not.toBe(first)
           const old = yield* mustGet(q, first)
@@ -39,7 +39,7 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
           const first = yield* q.enqueue(1, { key: "k", expires: "1 minute" })
           // retried with a backoff past its expiry: scheduled, and expired once the minute is over
           expect(yield* (yield* mustClaim(q, "w")).retry("transient")).toBe("retried")
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           const second = yield* q.enqueue(2, { key: "k" })
           expect(second).not.toBe(first)
           expect((yield* mustGet(q, first)).state).toBe("dead")
@@ -50,7 +50,7 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
         const q = yield* queueOf("keys", { visibilityTimeout: "1 minute" })
         const first = yield* q.enqueue(1, { key: "k", expires: "10 seconds" })
         const handle = yield* mustClaim(q, "w")
-        yield* TestClock.adjust("30 seconds")
+        yield* advance("30 seconds")
         // a worker is on it: the work the key names is in progress, so the enqueue deduplicates
         expect(yield* q.enqueue(2, { key: "k" })).toBe(first)
         expect((yield* mustGet(q, first)).state).toBe("claimed")
@@ -62,7 +62,7 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
         run(Effect.gen(function*() {
           const { first, handle, q } = yield* inFlightPastExpiry
           // once the lease lapsed too, the holder is expired and the key free
-          yield* TestClock.adjust("30 seconds")
+          yield* advance("30 seconds")
           const second = yield* q.enqueue(3, { key: "k" })
           expect(second).not.toBe(first)
           const old = yield* mustGet(q, first)
@@ -86,7 +86,7 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
           const first = yield* q.enqueue(1, { key: "k" })
           expect(yield* (yield* mustClaim(q, "w")).fail("broken")).toBe(true)
           const holder = yield* q.enqueue(2, { key: "k", expires: "1 second" })
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           // the key's live holder expired (not yet swept): the dead job may take the key back
           expect(yield* q.requeueDead(first)).toBe(true)
           expect((yield* mustGet(q, first)).state).toBe("pending")
@@ -95,7 +95,7 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
 
           const other = yield* queueOf("keys-batch")
           const [old] = yield* other.enqueueBatch([1], { key: "b", expires: "1 second" })
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const [fresh] = yield* other.enqueueBatch([2], { key: "b" })
           expect(fresh).not.toBe(old)
           expect((yield* mustGet(other, old!)).state).toBe("dead")
@@ -107,10 +107,10 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("requeue")
           const id = yield* q.enqueue("x", { expires: "1 second" })
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           yield* claimsNothing(q)
           expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("expired")
-          yield* TestClock.adjust("1 hour")
+          yield* advance("1 hour")
           expect(yield* q.requeueDead(id)).toBe(true)
           const requeued = yield* mustGet(q, id)
           expect(requeued).toMatchObject({ state: "pending", attempts: 0 })
@@ -126,10 +126,10 @@ export const queuesExpiryContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("requeue")
           const id = yield* q.enqueue("x", { expires: "1 hour" })
           expect(yield* (yield* mustClaim(q, "w")).fail("broken")).toBe(true)
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* q.requeueDead(id)).toBe(true)
           expect(Option.isNone((yield* mustGet(q, id)).expiresAt)).toBe(true)
-          yield* TestClock.adjust("2 hours")
+          yield* advance("2 hours")
           expect((yield* mustClaim(q, "w")).job.id).toBe(id)
         })))
     })

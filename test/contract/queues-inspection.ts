@@ -17,8 +17,7 @@ import {
   mustGet,
   optionalMs,
   queueOf,
-  type StoreServices
-} from "./support.js"
+  type StoreServices, advance } from "./support.js"
 
 const day = 24 * 3_600_000
 
@@ -80,7 +79,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           const empty = yield* q.stats
           expect(empty).toEqual({ pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAge: Option.none() })
 
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           yield* q.enqueue("dead")
           yield* (yield* mustClaim(q, "w")).fail("x")
           yield* q.enqueue("claimed")
@@ -95,7 +94,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect(Option.map(stats.oldestPendingAge, Duration.toMillis)).toEqual(Option.some(6_000))
 
           // time passes: the scheduled job is due now, the age grows; a lapsed claim still counts as claimed
-          yield* TestClock.adjust("2 minutes")
+          yield* advance("2 minutes")
           const later = yield* q.stats
           expect(later).toMatchObject({ pending: 3, scheduled: 0, claimed: 1, dead: 1 })
           expect(Option.map(later.oldestPendingAge, Duration.toMillis)).toEqual(Option.some(126_000))
@@ -111,7 +110,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
             const id = yield* q.enqueue(text)
             yield* (yield* mustClaim(q, "w")).fail(text)
             ids.push(id)
-            yield* TestClock.adjust("1 second")
+            yield* advance("1 second")
           }
           yield* q.enqueue("alive")
           const all = yield* q.dead()
@@ -131,7 +130,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           yield* (yield* mustClaim(q, "w")).retry("two")
           expect((yield* mustGet(q, id)).state).toBe("dead")
           expect(yield* q.requeueDead(424_242)).toBe(false)
-          yield* TestClock.adjust("1 hour")
+          yield* advance("1 hour")
           expect(yield* q.requeueDead(id)).toBe(true)
           const job = yield* mustGet(q, id)
           expect(job).toMatchObject({ state: "pending", attempts: 0, priority: 4, maxAttempts: 2 })
@@ -170,7 +169,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           for (let i = 0; i < 3; i++) {
             died.push(yield* q.enqueue(i))
             yield* (yield* mustClaim(q, "w")).fail("x")
-            yield* TestClock.adjust("10 seconds")
+            yield* advance("10 seconds")
           }
           // died at 0 s, 10 s, 20 s; now 30 s
           yield* other.enqueue("o")
@@ -197,7 +196,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           const oldDead = yield* a.enqueue("old dead")
           yield* (yield* mustClaim(a, "w")).fail("x")
           // one day later: set up the live jobs
-          yield* TestClock.adjust(day)
+          yield* advance(day)
           const t0 = day
           const pendingExpiring = yield* a.enqueue("pending, expires", { expires: "30 seconds" })
           const lapsedExpiring = yield* b.enqueue("claimed, lapsed and expired", { expires: "30 seconds" })
@@ -216,11 +215,11 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect((yield* mustClaim(b, "w")).job.id).toBe(lapsedExpiring)
 
           expect(yield* queues.maintenance).toEqual({ expired: 0, purged: 0 })
-          yield* TestClock.adjust(29_999)
+          yield* advance(29_999)
           expect(yield* queues.maintenance).toEqual({ expired: 0, purged: 0 })
           // keep the held claim's lease valid past its expiry
           expect(yield* held.heartbeat("1 minute")).toBe(true)
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           const state = (q: Queues.Queue<unknown>, id: number) => Effect.map(mustGet(q, id), (job) => job.state)
           expect(yield* queues.maintenance).toEqual({ expired: 2, purged: 0 })
           expect(yield* state(a, pendingExpiring)).toBe("dead")
@@ -240,7 +239,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect(yield* held.ack).toBe(true)
 
           // once b's lease passed too, it is swept
-          yield* TestClock.adjust("1 hour")
+          yield* advance("1 hour")
           expect(yield* queues.maintenance).toEqual({ expired: 1, purged: 0 })
           expect(yield* state(b, lapsedExpiring)).toBe("dead")
           expect(yield* state(a, lapsedFresh)).toBe("claimed")
@@ -248,12 +247,12 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           // the dead job from day 0 is purged after 7 days (strictly older), the others later
           expect((yield* mustGet(a, oldDead)).state).toBe("dead")
           const now = yield* TestClock.currentTimeMillis
-          yield* TestClock.adjust(7 * day - now)
+          yield* advance(7 * day - now)
           expect(yield* queues.maintenance).toEqual({ expired: 0, purged: 0 })
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           expect(yield* queues.maintenance).toEqual({ expired: 0, purged: 1 })
           expect(Option.isNone(yield* a.getJob(oldDead))).toBe(true)
-          yield* TestClock.adjust(day + 2 * 3_600_000)
+          yield* advance(day + 2 * 3_600_000)
           expect(yield* queues.maintenance).toEqual({ expired: 0, purged: 3 })
           expect(yield* jobCount).toBe(2)
         })))
@@ -265,9 +264,9 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
             const q = yield* queueOf("short")
             yield* q.enqueue("x")
             yield* (yield* mustClaim(q, "w")).fail("x")
-            yield* TestClock.adjust("1 hour")
+            yield* advance("1 hour")
             expect((yield* queues.maintenance).purged).toBe(0)
-            yield* TestClock.adjust(1)
+            yield* advance(1)
             expect((yield* queues.maintenance).purged).toBe(1)
             expect(yield* jobCount).toBe(0)
           }),
@@ -279,14 +278,15 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           const queues = yield* Queues.Queues
           const q = yield* queueOf("keys")
           const first = yield* q.enqueue(1, { key: "k", expires: "1 second" })
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           expect((yield* queues.maintenance).expired).toBe(1)
           const second = yield* q.enqueue(2, { key: "k" })
           expect(second).not.toBe(first)
         })))
     })
 
-    describe("query plan", () => {
+    // SQLite's EXPLAIN QUERY PLAN; the PostgreSQL claim has its own EXPLAIN test (test/pg-claim-plan.test.ts).
+    if (engine.capabilities.sqliteFile) describe("query plan", () => {
       it.effect("the claim reads the partial pending index and never scans the table", () =>
         run(Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient

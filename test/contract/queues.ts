@@ -11,7 +11,7 @@ import { Queues } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import {
   claimsNothing,
-  type StoreServices, durationMs, jobCount, ms, mustClaim, mustGet, optionalMs, queueOf } from "./support.js"
+  type StoreServices, durationMs, jobCount, ms, mustClaim, mustGet, optionalMs, queueOf, advance } from "./support.js"
 
 class Boom extends Data.TaggedError("Boom")<{ readonly code: number }> {}
 
@@ -22,7 +22,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
     describe("enqueue and claim", () => {
       it.effect("a claim stamps the lease, the worker and the attempt; ack deletes the job", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const q = yield* queueOf("emails", { visibilityTimeout: "30 seconds" })
           const id = yield* q.enqueue({ to: "ada@example.com", n: [1, 2, { deep: null }] })
           expect(typeof id).toBe("number")
@@ -36,7 +36,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(Option.isNone(pending.lastError)).toBe(true)
           expect(Option.isNone(pending.diedAt)).toBe(true)
 
-          yield* TestClock.adjust("2 seconds")
+          yield* advance("2 seconds")
           const handle = yield* mustClaim(q, "w1")
           expect(handle.job.id).toBe(id)
           expect(handle.job.payload).toEqual({ to: "ada@example.com", n: [1, 2, { deep: null }] })
@@ -54,6 +54,33 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(Option.isNone(yield* q.getJob(id))).toBe(true)
           expect(yield* jobCount).toBe(0)
           expect(yield* handle.ack).toBe(false)
+        })))
+
+      it.effect("a claimed job's view is whole: every field on touch, the same value each time, and in its JSON", () =>
+        run(Effect.gen(function*() {
+          yield* TestClock.adjust("1 second")
+          const q = yield* queueOf("view", { visibilityTimeout: "30 seconds", maxAttempts: 4, backoffBase: "2 seconds" })
+          const id = yield* q.enqueue({ n: 1 }, { priority: 3, expires: "1 hour" })
+          yield* TestClock.adjust("1 second")
+          const { job } = yield* mustClaim(q, "w1")
+          expect(job).toMatchObject({ id, queue: "view", payload: { n: 1 }, state: "claimed", priority: 3, attempts: 1 })
+          expect(job.maxAttempts).toBe(4)
+          expect(ms(job.runAt)).toBe(1000)
+          expect(ms(job.createdAt)).toBe(1000)
+          expect(durationMs(job.visibilityTimeout)).toBe(30_000)
+          expect(durationMs(job.backoffBase)).toBe(2000)
+          expect(optionalMs(job.expiresAt)).toBe(1000 + 3_600_000)
+          expect(optionalMs(job.claimedUntil)).toBe(2000 + 30_000)
+          expect(Option.getOrUndefined(job.workerId)).toBe("w1")
+          expect(Option.isNone(job.lastError) && Option.isNone(job.diedAt)).toBe(true)
+          expect(job.runAt).toBe(job.runAt)
+          expect(job.claimedUntil).toBe(job.claimedUntil)
+          const json = JSON.parse(JSON.stringify(job)) as Record<string, unknown>
+          expect(Object.keys(json).sort()).toEqual([
+            "attempts", "backoffBase", "claimedUntil", "createdAt", "diedAt", "expiresAt", "id", "lastError",
+            "maxAttempts", "payload", "priority", "queue", "runAt", "state", "visibilityTimeout", "workerId"
+          ])
+          expect(json.runAt).toBe(new Date(1000).toISOString())
         })))
 
       it.effect("ids are never reused: a stale id cannot reach a newer job", () =>
@@ -176,7 +203,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
 
       it.effect("the handle's options, then EnqueueOpts over them, are stamped; later handles never touch them", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const q = yield* queueOf("stamps", {
             visibilityTimeout: "30 seconds",
             maxAttempts: 7,
@@ -216,7 +243,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
     describe("ordering", () => {
       it.effect("claims go by priority desc, then runAt asc, then id asc", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("100 seconds")
+          yield* advance("100 seconds")
           const q = yield* queueOf("order")
           const a = yield* q.enqueue("a", { runAt: 50_000 })
           const b = yield* q.enqueue("b", { runAt: 40_000 })
@@ -253,7 +280,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const high = yield* q.enqueue("high", { priority: 9 })
           yield* mustClaim(q, "w1")
           const low = yield* q.enqueue("low")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const batch = yield* q.claimBatch("w2", 2)
           expect(batch.map((h) => h.job.id)).toEqual([high, low])
           expect(batch[0]!.job.attempts).toBe(2)
@@ -263,21 +290,21 @@ export const queuesContract = (engine: EngineUnderTest) =>
     describe("delay and runAt", () => {
       it.effect("a delayed job is not claimable before its runAt and is claimable at it", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const q = yield* queueOf("later")
           const id = yield* q.enqueue("x", { delay: "10 seconds" })
           const job = yield* mustGet(q, id)
           expect(ms(job.runAt)).toBe(11_000)
           expect(job.state).toBe("pending")
-          yield* TestClock.adjust(9_999)
+          yield* advance(9_999)
           yield* claimsNothing(q)
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           expect((yield* mustClaim(q, "w")).job.id).toBe(id)
         })))
 
       it.effect("runAt accepts a Date, a DateTime and epoch milliseconds; a past runAt is due now", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const q = yield* queueOf("at")
           const date = yield* q.enqueue("date", { runAt: new Date(20_000) })
           const dateTime = yield* q.enqueue("dateTime", { runAt: DateTime.unsafeMake(30_000) })
@@ -289,10 +316,10 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(ms((yield* mustGet(q, past)).runAt)).toBe(5_000)
           expect((yield* mustClaim(q, "w")).job.id).toBe(past)
           yield* claimsNothing(q)
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect((yield* mustClaim(q, "w")).job.id).toBe(date)
           yield* claimsNothing(q)
-          yield* TestClock.adjust("20 seconds")
+          yield* advance("20 seconds")
           expect((yield* q.claimBatch("w", 5)).map((h) => h.job.id)).toEqual([dateTime, epoch])
         })))
     })
@@ -300,12 +327,12 @@ export const queuesContract = (engine: EngineUnderTest) =>
     describe("expiry", () => {
       it.effect("a job is never delivered at or after enqueue time + expires; claim moves it to dead", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const q = yield* queueOf("exp")
           const id = yield* q.enqueue("x", { expires: "10 seconds" })
           expect(optionalMs((yield* mustGet(q, id)).expiresAt)).toBe(11_000)
           const survivor = yield* q.enqueue("y")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           // the expired job is ahead of `survivor` (same priority, same runAt, lower id)
           expect((yield* mustClaim(q, "w")).job.id).toBe(survivor)
           const dead = yield* mustGet(q, id)
@@ -319,7 +346,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("exp", { expires: "10 seconds" })
           const id = yield* q.enqueue("x")
-          yield* TestClock.adjust(9_999)
+          yield* advance(9_999)
           expect((yield* mustClaim(q, "w")).job.id).toBe(id)
         })))
 
@@ -328,7 +355,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("exp", { visibilityTimeout: "5 seconds", maxAttempts: 1 })
           const id = yield* q.enqueue("x", { expires: "10 seconds" })
           const handle = yield* mustClaim(q, "w1")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           yield* claimsNothing(q, "w2")
           const dead = yield* mustGet(q, id)
           expect(dead.state).toBe("dead")
@@ -341,7 +368,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("exp", { backoffBase: "1 minute" })
           const id = yield* q.enqueue("x", { expires: "30 seconds" })
           expect(yield* (yield* mustClaim(q, "w")).retry("transient")).toBe("retried")
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           yield* claimsNothing(q)
           const dead = yield* mustGet(q, id)
           expect(dead.state).toBe("dead")
@@ -440,8 +467,21 @@ export const queuesContract = (engine: EngineUnderTest) =>
           // an iterable, not only an array
           const fromSet = yield* q.enqueueBatch(new Set(["x", "y"]))
           expect(fromSet).toHaveLength(2)
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           expect((yield* q.claimBatch("w", 10)).map((h) => h.job.id)).toEqual([...ids, ...fromSet])
+        })))
+
+      it.effect("a large batch: every id names its own payload, in input order, ids ascending", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("large-batch")
+          yield* q.enqueue("before")
+          const payloads = Array.from({ length: 257 }, (_, i) => ({ i }))
+          const ids = yield* q.enqueueBatch(payloads)
+          expect(ids).toHaveLength(257)
+          for (let i = 1; i < ids.length; i++) expect(ids[i]!).toBeGreaterThan(ids[i - 1]!)
+          for (const [i, id] of ids.entries()) expect((yield* mustGet(q, id)).payload).toEqual({ i })
+          const claimed = yield* q.claimBatch("w", 300)
+          expect(claimed.map((h) => h.job.payload)).toEqual(["before", ...payloads])
         })))
 
       it.effect("one invalid payload rejects the whole batch and writes nothing", () =>
@@ -546,7 +586,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("late", { visibilityTimeout: "10 seconds" })
           const id = yield* q.enqueue("x")
           const handle = yield* mustClaim(q, "w")
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* handle.ack).toBe(true)
           expect(Option.isNone(yield* q.getJob(id))).toBe(true)
         })))
@@ -556,9 +596,9 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("lease", { visibilityTimeout: "10 seconds" })
           const id = yield* q.enqueue("x")
           yield* mustClaim(q, "w1")
-          yield* TestClock.adjust(9_999)
+          yield* advance(9_999)
           yield* claimsNothing(q, "w2")
-          yield* TestClock.adjust(1)
+          yield* advance(1)
           const second = yield* mustClaim(q, "w2")
           expect(second.job.id).toBe(id)
           expect(second.job.attempts).toBe(2)
@@ -570,7 +610,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("fence", { visibilityTimeout: "10 seconds", maxAttempts: 5 })
           const id = yield* q.enqueue("x")
           const stale = yield* mustClaim(q, "w1")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const fresh = yield* mustClaim(q, "w2")
           expect(fresh.job.id).toBe(id)
           const before = yield* mustGet(q, id)
@@ -594,7 +634,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const ids = yield* q.enqueueBatch(["a", "b", "c"])
           const [a, b, c] = yield* q.claimBatch("w1", 3)
           expect(yield* b!.ack).toBe(true)
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const retaken = yield* mustClaim(q, "w2") // c's lease lapsed too, but a comes first
           expect(retaken.job.id).toBe(ids[0])
           expect(yield* q.ackAll([a!, b!, c!])).toEqual([false, false, true])
@@ -633,9 +673,9 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("fence", { visibilityTimeout: "10 seconds", maxAttempts: 2 })
           const id = yield* q.enqueue("x")
           yield* mustClaim(q, "w1")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const second = yield* mustClaim(q, "w2")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           // the lease lapsed on the last attempt: the next claim buries it
           yield* claimsNothing(q, "w3")
           expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("max attempts exceeded")
@@ -661,10 +701,10 @@ export const queuesContract = (engine: EngineUnderTest) =>
             expect(Option.isNone(job.workerId)).toBe(true)
             const wait = ms(job.runAt) - now
             waits.push(wait)
-            yield* TestClock.adjust(wait - 1)
+            yield* advance(wait - 1)
             yield* claimsNothing(q)
             expect((yield* q.stats).scheduled).toBe(1)
-            yield* TestClock.adjust(1)
+            yield* advance(1)
           }
           expect(waits).toEqual([1_000, 2_000, 4_000, 8_000])
           // the fifth claim is the last attempt: retry now buries it with the error
@@ -695,7 +735,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
             yield* handle.retry()
             const wait = ms((yield* mustGet(q, id)).runAt) - now
             waits.push(wait)
-            yield* TestClock.adjust(wait)
+            yield* advance(wait)
           }
           expect(waits).toEqual([1_200_000, 2_400_000, 3_600_000])
         })))
@@ -707,7 +747,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const first = yield* mustClaim(q, "w")
           expect(yield* first.retry("first", "7 seconds")).toBe("retried")
           expect(ms((yield* mustGet(q, id)).runAt)).toBe(7_000)
-          yield* TestClock.adjust("7 seconds")
+          yield* advance("7 seconds")
           const second = yield* mustClaim(q, "w")
           expect(yield* second.retry(undefined, 0)).toBe("retried")
           const job = yield* mustGet(q, id)
@@ -727,7 +767,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           expect(Option.getOrUndefined(job.lastError)).toBe("max attempts exceeded")
           const other = yield* q.enqueue("y", { maxAttempts: 2 })
           expect(yield* (yield* mustClaim(q, "w")).retry("one", "1 hour")).toBe("retried")
-          yield* TestClock.adjust("1 hour")
+          yield* advance("1 hour")
           expect(yield* (yield* mustClaim(q, "w")).retry("two", "1 hour")).toBe("dead")
           expect(Option.getOrUndefined((yield* mustGet(q, other)).lastError)).toBe("two")
         })))
@@ -752,7 +792,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
 
       it.effect("fail moves the job to dead now, whatever the attempts left", () =>
         run(Effect.gen(function*() {
-          yield* TestClock.adjust("3 seconds")
+          yield* advance("3 seconds")
           const q = yield* queueOf("fail", { maxAttempts: 10 })
           const id = yield* q.enqueue("x")
           const handle = yield* mustClaim(q, "w")
@@ -774,19 +814,19 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const q = yield* queueOf("beat", { visibilityTimeout: "30 seconds" })
           const id = yield* q.enqueue("x")
           const handle = yield* mustClaim(q, "w1")
-          yield* TestClock.adjust("20 seconds")
+          yield* advance("20 seconds")
           expect(yield* handle.heartbeat()).toBe(true)
           expect(optionalMs((yield* mustGet(q, id)).claimedUntil)).toBe(50_000)
-          yield* TestClock.adjust("20 seconds")
+          yield* advance("20 seconds")
           yield* claimsNothing(q, "w2")
           expect(yield* handle.heartbeat("2 minutes")).toBe(true)
           expect(optionalMs((yield* mustGet(q, id)).claimedUntil)).toBe(40_000 + 120_000)
-          yield* TestClock.adjust(119_999)
+          yield* advance(119_999)
           yield* claimsNothing(q, "w2")
           // past the lease end with nobody reclaiming, the claim still owns the row
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* handle.heartbeat()).toBe(true)
-          yield* TestClock.adjust("30 seconds")
+          yield* advance("30 seconds")
           const thief = yield* mustClaim(q, "w2")
           expect(yield* handle.heartbeat()).toBe(false)
           expect(yield* thief.ack).toBe(true)
@@ -799,7 +839,7 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const id = yield* q.enqueue("x", { priority: 3 })
           const handle = yield* mustClaim(q, "w1")
           expect(handle.job.attempts).toBe(1)
-          yield* TestClock.adjust("5 seconds")
+          yield* advance("5 seconds")
           expect(yield* handle.release).toBe(true)
           const job = yield* mustGet(q, id)
           expect(job).toMatchObject({ state: "pending", attempts: 0, priority: 3 })
@@ -824,10 +864,10 @@ export const queuesContract = (engine: EngineUnderTest) =>
           const id = yield* q.enqueue("x")
           const next = yield* q.enqueue("y")
           yield* mustClaim(q, "w1")
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           const second = yield* mustClaim(q, "w1")
           expect(second.job).toMatchObject({ id, attempts: 2 })
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           expect((yield* mustClaim(q, "w2")).job.id).toBe(next)
           const dead = yield* mustGet(q, id)
           expect(dead).toMatchObject({ state: "dead", attempts: 2 })

@@ -8,15 +8,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Exit, Fiber, Option, TestClock } from "effect"
 import { Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
+import { settle, advance } from "./support.js"
 
 const second = 1_000
 const minute = 60 * second
 const hour = 60 * minute
 
-/** Lets forked fibers run until every one of them waits again. */
-export const settle = Effect.gen(function*() {
-  for (let i = 0; i < 3; i++) yield* TestClock.adjust("0 millis")
-})
+export { settle }
 
 export const countRows = (table: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -26,14 +24,14 @@ export const countRows = (table: string) =>
 export const firedAt = (queue: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql.unsafe<{ run_at: number }>(`SELECT run_at FROM __alkstore_jobs WHERE queue = ? ORDER BY run_at, id`, [queue]),
+      sql<{ run_at: number }>`SELECT run_at FROM __alkstore_jobs WHERE queue = ${queue} ORDER BY run_at, id`,
       (rows) => rows.map((row) => Number(row.run_at))
     ))
 
 export const nextFireAtOf = (name: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql.unsafe<{ next_fire_at: number }>(`SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = ?`, [name]),
+      sql<{ next_fire_at: number }>`SELECT next_fire_at FROM __alkstore_scheduler_tasks WHERE name = ${name}`,
       (rows) => Number(rows[0]!.next_fire_at)
     ))
 
@@ -178,7 +176,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
       it.effect("schedule upserts by name and reads the stored row back", () =>
         Effect.gen(function*() {
           const scheduler = yield* Scheduler.Scheduler
-          yield* TestClock.adjust("1000 seconds")
+          yield* advance("1000 seconds")
           const first = yield* scheduler.schedule("sweep", "@every 5m", "maintenance", { kind: "sweep" }, {
             priority: 2,
             maxAttempts: 4,
@@ -201,7 +199,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(ms(plain.nextFireAt)).toBe(1000 * second + 2 * hour)
 
           // re-registering replaces the row (one row per name) and keeps the phase
-          yield* TestClock.adjust("100 seconds")
+          yield* advance("100 seconds")
           const again = yield* scheduler.schedule("sweep", "@every 5m", "maintenance-2", { kind: "sweep", v: 2 })
           expect(again.queue).toBe("maintenance-2")
           expect(again.payload).toEqual({ kind: "sweep", v: 2 })
@@ -243,11 +241,11 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* settle
           expect(yield* firedAt("reports")).toEqual([])
 
-          yield* TestClock.adjust("59 seconds")
+          yield* advance("59 seconds")
           expect(yield* firedAt("reports")).toEqual([])
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           expect(yield* firedAt("reports")).toEqual([minute])
-          yield* TestClock.adjust("2 minutes")
+          yield* advance("2 minutes")
           expect(yield* firedAt("reports")).toEqual([minute, 2 * minute, 3 * minute])
 
           // a handle with other options still claims them: the rows carry their own stamps
@@ -278,7 +276,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* scheduler.schedule("expiring", "@every 1m", "stamped", { e: 1 }, { expires: "2 hours" })
           const runner = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
 
           const stamped = yield* queues.queue("stamped")
           const ids = yield* Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -322,7 +320,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const scheduler = yield* Scheduler.Scheduler
           yield* scheduler.schedule("hourly", "@every 1h", "catch-up", { h: true }, { expires: "90 minutes" })
           // nobody runs the scheduler for 200 boundaries and a half
-          yield* TestClock.adjust(Duration.millis(200 * hour + 30 * minute))
+          yield* advance(Duration.millis(200 * hour + 30 * minute))
           expect(yield* firedAt("catch-up")).toEqual([])
 
           const runner = yield* Effect.fork(scheduler.runSchedules)
@@ -340,9 +338,9 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(yield* countRows("__alkstore_jobs")).toBe(64)
 
           // no refire within the window, the next boundary fires once
-          yield* TestClock.adjust("29 minutes")
+          yield* advance("29 minutes")
           expect((yield* firedAt("catch-up")).length).toBe(64)
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           const after = yield* firedAt("catch-up")
           expect(after.length).toBe(65)
           expect(after[64]).toBe(201 * hour)
@@ -354,7 +352,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const scheduler = yield* Scheduler.Scheduler
           yield* scheduler.schedule("three", "@every 1m", "few", {})
           yield* scheduler.schedule("sixty-four", "@every 1s", "exact", {})
-          yield* TestClock.adjust("3 minutes")
+          yield* advance("3 minutes")
           const runner = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
           expect(yield* firedAt("few")).toEqual([minute, 2 * minute, 3 * minute])
@@ -371,11 +369,11 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* scheduler.schedule("ten", "@every 10m", "redeploy", { v: 1 })
           const runner = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
-          yield* TestClock.adjust("7 minutes")
+          yield* advance("7 minutes")
           const redeployed = yield* scheduler.schedule("ten", "@every 10m", "redeploy", { v: 2 })
           expect(ms(redeployed.nextFireAt)).toBe(10 * minute)
           yield* settle
-          yield* TestClock.adjust("3 minutes")
+          yield* advance("3 minutes")
           expect(yield* firedAt("redeploy")).toEqual([10 * minute])
           // the new payload is what fired
           const job = Option.getOrThrow(yield* (yield* (yield* Queues.Queues).queue("redeploy")).claim("w"))
@@ -385,9 +383,9 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const changed = yield* scheduler.schedule("ten", "@every 15m", "redeploy", { v: 3 })
           expect(ms(changed.nextFireAt)).toBe(25 * minute)
           yield* settle
-          yield* TestClock.adjust("10 minutes")
+          yield* advance("10 minutes")
           expect(yield* firedAt("redeploy")).toEqual([10 * minute])
-          yield* TestClock.adjust("5 minutes")
+          yield* advance("5 minutes")
           expect(yield* firedAt("redeploy")).toEqual([10 * minute, 25 * minute])
           yield* Fiber.interrupt(runner)
         }).pipe(Effect.provide(engine.store(unhurried))))
@@ -399,15 +397,15 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const runner = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
           // the leader now sleeps until the hourly boundary (nothing else is due)
-          yield* TestClock.adjust("10 seconds")
+          yield* advance("10 seconds")
           yield* scheduler.schedule("fast", "@every 1s", "fast", {})
           yield* settle
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           expect(yield* firedAt("fast")).toEqual([11 * second])
-          yield* TestClock.adjust("2 seconds")
+          yield* advance("2 seconds")
           expect(yield* firedAt("fast")).toEqual([11 * second, 12 * second, 13 * second])
           expect(yield* scheduler.unschedule("fast")).toBe(true)
-          yield* TestClock.adjust("5 seconds")
+          yield* advance("5 seconds")
           expect((yield* firedAt("fast")).length).toBe(3)
           expect(yield* firedAt("slow")).toEqual([])
           yield* Fiber.interrupt(runner)
@@ -420,10 +418,10 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const id = yield* jobs.enqueue({ x: 1 }, { expires: "30 seconds" })
           const runner = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
-          yield* TestClock.adjust("45 seconds")
+          yield* advance("45 seconds")
           // expired, but nobody swept yet
           expect(Option.getOrThrow(yield* jobs.getJob(id)).state).toBe("pending")
-          yield* TestClock.adjust("16 seconds")
+          yield* advance("16 seconds")
           const swept = Option.getOrThrow(yield* jobs.getJob(id))
           expect(swept.state).toBe("dead")
           expect(swept.lastError).toEqual(Option.some("expired"))
@@ -439,11 +437,9 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const sql = yield* SqlClient.SqlClient
           yield* scheduler.schedule("tick", "@every 1s", "nothing", {})
           // another process leads (the reserved name is unreachable through Locks)
-          yield* sql.unsafe(
-            `INSERT INTO __alkstore_locks (name, owner, token, expires_at) VALUES ('__alkstore_scheduler', 'elsewhere', 7, ?)`,
-            [10 * minute]
-          )
-          yield* TestClock.adjust("5 seconds")
+          yield* sql`INSERT INTO __alkstore_locks (name, owner, token, expires_at)
+            VALUES ('__alkstore_scheduler', 'elsewhere', 7, ${10 * minute})`
+          yield* advance("5 seconds")
           const exit = yield* Effect.exit(scheduler.runSchedules)
           expect(Exit.isFailure(exit)).toBe(true)
           const error = yield* Effect.flip(scheduler.runSchedules)
@@ -465,7 +461,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(refused._tag).toBe("LeadershipLost")
           expect(refused).not.toMatchObject({ owner: lease.owner })
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe(lease.owner)
-          yield* TestClock.adjust("3 seconds")
+          yield* advance("3 seconds")
           expect(yield* firedAt("once")).toEqual([second, 2 * second, 3 * second])
           expect(Option.isNone(yield* Fiber.poll(leader))).toBe(true)
           yield* Fiber.interrupt(leader)
@@ -479,7 +475,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* settle
           const first = Option.getOrThrow(yield* leaderLease)
           expect(first.expires_at).toBe(3 * second) // leaderTtl
-          yield* TestClock.adjust("30 seconds")
+          yield* advance("30 seconds")
           const later = Option.getOrThrow(yield* leaderLease)
           expect(later.owner).toBe(first.owner)
           expect(later.token).toBe(first.token)
@@ -496,7 +492,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const leader = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
           const first = Option.getOrThrow(yield* leaderLease)
-          yield* TestClock.adjust("20 seconds")
+          yield* advance("20 seconds")
           const later = Option.getOrThrow(yield* leaderLease)
           expect(later.owner).toBe(first.owner)
           expect(later.token).toBe(first.token)
@@ -512,13 +508,13 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* scheduler.schedule("tick", "@every 1m", "stolen", {})
           const leader = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* firedAt("stolen")).toEqual([minute])
           const mine = Option.getOrThrow(yield* leaderLease)
 
           // another owner takes the row over (e.g. after this process stalled past its lease)
           yield* sql.unsafe(`UPDATE __alkstore_locks SET owner = 'thief' WHERE name = '__alkstore_scheduler'`)
-          yield* TestClock.adjust("2 minutes")
+          yield* advance("2 minutes")
           const exit = yield* Fiber.await(leader)
           expect(exit).toEqual(Exit.fail(expect.anything()))
           const error = yield* Effect.flip(Fiber.join(leader))
@@ -539,7 +535,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* sql.unsafe(
             `UPDATE __alkstore_locks SET owner = 'thief', token = token + 1 WHERE name = '__alkstore_scheduler'`
           )
-          yield* TestClock.adjust("1 second")
+          yield* advance("1 second")
           const error = yield* Effect.flip(Fiber.join(leader))
           expect(error._tag).toBe("LeadershipLost")
           expect(yield* firedAt("fenced")).toEqual([])
@@ -555,7 +551,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* settle
           yield* sql.unsafe(`UPDATE __alkstore_locks SET owner = 'thief' WHERE name = '__alkstore_scheduler'`)
           // the next renewal (every 2 s by default) finds the lease gone, long before the boundary
-          yield* TestClock.adjust("2 seconds")
+          yield* advance("2 seconds")
           const error = yield* Effect.flip(Fiber.join(leader))
           expect(error._tag).toBe("LeadershipLost")
           expect(yield* firedAt("renewal")).toEqual([])
@@ -567,7 +563,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           yield* scheduler.schedule("tick", "@every 1m", "handover", {})
           const first = yield* Effect.fork(scheduler.runSchedules)
           yield* settle
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* firedAt("handover")).toEqual([minute])
           const firstLease = Option.getOrThrow(yield* leaderLease)
 
@@ -582,7 +578,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(secondLease.owner).not.toBe(firstLease.owner)
           expect(secondLease.token).toBeGreaterThan(firstLease.token)
           expect(Option.isNone(yield* Fiber.poll(second))).toBe(true)
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* firedAt("handover")).toEqual([minute, 2 * minute])
           yield* Fiber.interrupt(second)
         }).pipe(Effect.provide(engine.store())))
@@ -596,7 +592,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const standby = yield* Effect.fork(scheduler.runAsStandby)
           yield* settle
           const leaderLeaseRow = Option.getOrThrow(yield* leaderLease)
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* firedAt("standby")).toEqual([minute])
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe(leaderLeaseRow.owner)
 
@@ -605,7 +601,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           // no time passed: the standby took the released lease at once
           const taken = Option.getOrThrow(yield* liveLeader(minute))
           expect(taken.owner).not.toBe(leaderLeaseRow.owner)
-          yield* TestClock.adjust("1 minute")
+          yield* advance("1 minute")
           expect(yield* firedAt("standby")).toEqual([minute, 2 * minute])
           expect(Option.isNone(yield* Fiber.poll(standby))).toBe(true)
 
@@ -620,30 +616,26 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const sql = yield* SqlClient.SqlClient
           yield* scheduler.schedule("tick", "@every 1m", "fleet", {})
           // a crashed leader elsewhere: its lease lapses after 10 s
-          yield* sql.unsafe(
-            `INSERT INTO __alkstore_locks (name, owner, token, expires_at) VALUES ('__alkstore_scheduler', 'crashed', 1, ?)`,
-            [10 * second]
-          )
+          yield* sql`INSERT INTO __alkstore_locks (name, owner, token, expires_at)
+            VALUES ('__alkstore_scheduler', 'crashed', 1, ${10 * second})`
           const standby = yield* Effect.fork(scheduler.runAsStandby)
           yield* settle
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe("crashed")
-          yield* TestClock.adjust("15 seconds")
+          yield* advance("15 seconds")
           const mine = Option.getOrThrow(yield* liveLeader(15 * second))
           expect(mine.owner).not.toBe("crashed")
           expect(mine.token).toBe(2)
 
           // a thief takes over; the standby loses, waits, and leads again once the thief's lease lapses
-          yield* sql.unsafe(
-            `UPDATE __alkstore_locks SET owner = 'thief', token = token + 1, expires_at = ? WHERE name = '__alkstore_scheduler'`,
-            [50 * second]
-          )
-          yield* TestClock.adjust("10 seconds")
+          yield* sql`UPDATE __alkstore_locks SET owner = 'thief', token = token + 1, expires_at = ${50 * second}
+            WHERE name = '__alkstore_scheduler'`
+          yield* advance("10 seconds")
           expect(Option.getOrThrow(yield* leaderLease).owner).toBe("thief")
-          yield* TestClock.adjust("30 seconds")
+          yield* advance("30 seconds")
           const again = Option.getOrThrow(yield* liveLeader(55 * second))
           expect(again.owner).not.toBe("thief")
           expect(again.owner).not.toBe(mine.owner) // a new runner instance
-          yield* TestClock.adjust("5 seconds")
+          yield* advance("5 seconds")
           expect(yield* firedAt("fleet")).toEqual([minute])
           expect(Option.isNone(yield* Fiber.poll(standby))).toBe(true)
           yield* Fiber.interrupt(standby)

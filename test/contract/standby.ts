@@ -12,6 +12,7 @@ import { Clock, Effect, Exit, Fiber, Layer, Option, TestClock } from "effect"
 import { Queues, Scheduler } from "../../src/index.js"
 import { countInserts, whileFailing } from "./faults.js"
 import { type EngineUnderTest, freshFile } from "./harness.js"
+import { advance } from "./support.js"
 import { firedAt, leaderLease } from "./scheduler.js"
 
 const second = 1_000
@@ -20,7 +21,7 @@ const realSleep = (millis: number) => Effect.withClock(Effect.sleep(millis), rea
 
 /** Lets forked fibers run until every one of them waits again (no contract time passes). */
 const settle = Effect.gen(function*() {
-  for (let i = 0; i < 5; i++) yield* TestClock.adjust("0 millis")
+  for (let i = 0; i < 5; i++) yield* advance("0 millis")
 })
 
 /** Settles until `probe` holds, giving the real-time change watcher up to two seconds. */
@@ -71,11 +72,11 @@ export const standbyContract = (engine: EngineUnderTest) =>
         expect(Option.getOrThrow(yield* leaderLease).owner).toBe(theirs.owner)
 
         // half a lease TTL later (5 s of 10 s) it tries again, once; still refused (renewed every 2 s)
-        yield* TestClock.adjust("4999 millis")
+        yield* advance("4999 millis")
         expect(yield* attempts).toBe(1)
-        yield* TestClock.adjust("1 millis")
+        yield* advance("1 millis")
         expect(yield* attempts).toBe(2)
-        yield* TestClock.adjust("5 seconds")
+        yield* advance("5 seconds")
         expect(yield* attempts).toBe(3)
         expect(Option.getOrThrow(yield* liveLeader(10 * second)).owner).toBe(theirs.owner)
 
@@ -102,7 +103,7 @@ export const standbyContract = (engine: EngineUnderTest) =>
           Effect.gen(function*() {
             const standby = yield* Effect.fork(scheduler.runAsStandby)
             yield* settle
-            yield* TestClock.adjust("3 seconds")
+            yield* advance("3 seconds")
             // every try so far failed with a SqlError; the standby is still there, nothing fired
             expect(Option.isNone(yield* Fiber.poll(standby))).toBe(true)
             expect(Option.isNone(yield* leaderLease)).toBe(true)
@@ -110,7 +111,7 @@ export const standbyContract = (engine: EngineUnderTest) =>
           })
         )
         // cleared: at its next try (within half a lease TTL) it leads and catches up on the boundaries
-        yield* TestClock.adjust("5 seconds")
+        yield* advance("5 seconds")
         expect(Option.isSome(yield* liveLeader(8 * second))).toBe(true)
         expect((yield* firedAt("ticks")).length).toBe(8)
 
@@ -119,12 +120,12 @@ export const standbyContract = (engine: EngineUnderTest) =>
           "__alkstore_jobs",
           "INSERT",
           Effect.gen(function*() {
-            yield* TestClock.adjust("3 seconds")
+            yield* advance("3 seconds")
             expect(Option.isNone(yield* Fiber.poll(standby))).toBe(true)
             expect((yield* firedAt("ticks")).length).toBe(8)
           })
         )
-        yield* TestClock.adjust("5 seconds")
+        yield* advance("5 seconds")
         expect(Option.isSome(yield* liveLeader(16 * second))).toBe(true)
         expect(yield* firedAt("ticks")).toEqual(Array.from({ length: 16 }, (_, i) => (i + 1) * second))
         expect(Option.isNone(yield* Fiber.poll(standby))).toBe(true)
@@ -138,7 +139,7 @@ export const standbyContract = (engine: EngineUnderTest) =>
         const scheduler = yield* Scheduler.Scheduler
         const jobs = yield* (yield* Queues.Queues).queue("expiring")
         yield* jobs.enqueue({ n: 1 }, { expires: "1 second" })
-        yield* TestClock.adjust("2 seconds")
+        yield* advance("2 seconds")
         // each runner takes its ticket, ticks, and fails in its first maintenance (the expired job's update)
         const failures = yield* whileFailing(
           "__alkstore_jobs",
@@ -152,7 +153,7 @@ export const standbyContract = (engine: EngineUnderTest) =>
         // the runner now sleeps an hour (nothing is due); a registration must wake it at once
         yield* scheduler.schedule("fast", "@every 1s", "fast", {})
         yield* settle
-        yield* TestClock.adjust("1 second")
+        yield* advance("1 second")
         expect(yield* firedAt("fast")).toEqual([3 * second])
         yield* Fiber.interrupt(runner)
       }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour", maintenanceEvery: "1 hour" }))))

@@ -2,7 +2,8 @@
  * Small helpers shared by the queue and lock contract files.
  */
 import { SqlClient } from "@effect/sql"
-import { DateTime, Duration, Effect, Option } from "effect"
+import { Chunk, Clock, DateTime, Duration, Effect, Option, TestClock } from "effect"
+import { StoreActivity } from "../../src/internal/activity.js"
 import { expect } from "@effect/vitest"
 import { Queues, type SqliteStore } from "../../src/index.js"
 
@@ -52,4 +53,66 @@ export const mustClaim = <A>(queue: Queues.Queue<A>, workerId: string) =>
 export const claimsNothing = <A>(queue: Queues.Queue<A>, workerId = "nobody") =>
   Effect.map(queue.claim(workerId), (handle) => {
     expect(Option.isNone(handle)).toBe(true)
+  })
+
+const realClock = Clock.make()
+
+/**
+ * Re-runs `check` (which asserts) until it passes, for up to `seconds` of
+ * real time: what a forked worker does after its handler returns (its ack,
+ * its retry) is a round trip to the server on an asynchronous engine, so
+ * "right after" means "as soon as that lands", not "in this tick".
+ */
+export const eventually = <A, E, R>(check: Effect.Effect<A, E, R>, seconds = 5): Effect.Effect<A, E, R> =>
+  Effect.gen(function*() {
+    const deadline = realClock.unsafeCurrentTimeMillis() + seconds * 1000
+    while (true) {
+      const exit = yield* Effect.exit(check)
+      if (exit._tag === "Success" || realClock.unsafeCurrentTimeMillis() > deadline) return yield* exit
+      yield* Effect.yieldNow()
+      yield* Effect.sleep("5 millis").pipe(Effect.withClock(realClock))
+    }
+  })
+
+/**
+ * Lets forked fibers run until every one of them waits again (on the
+ * TestClock or a wake-up). On an engine with an asynchronous driver that
+ * includes waiting, in real time, until no statement is in flight: a fiber
+ * awaiting the server has not registered its next sleep yet.
+ */
+export const settle = Effect.gen(function*() {
+  for (let i = 0; i < 3; i++) yield* TestClock.adjust("0 millis")
+  const activity = yield* Effect.serviceOption(StoreActivity)
+  if (activity._tag === "None") return
+  const deadline = realClock.unsafeCurrentTimeMillis() + 10_000
+  let quiet = 0
+  while (quiet < 3 && realClock.unsafeCurrentTimeMillis() < deadline) {
+    yield* Effect.sleep("2 millis").pipe(Effect.withClock(realClock))
+    yield* TestClock.adjust("0 millis")
+    quiet = activity.value.inFlight() === 0 ? quiet + 1 : 0
+  }
+})
+
+/**
+ * `TestClock.adjust`, faithful on an engine with an asynchronous driver:
+ * time moves to each pending sleep's deadline in turn, settling in between,
+ * so a fiber woken at one deadline has done its I/O and registered its next
+ * sleep before time passes that one too (as a synchronous engine does
+ * inside `adjust` itself). On a synchronous engine it is `adjust`.
+ */
+export const advance = (duration: Duration.DurationInput) =>
+  Effect.gen(function*() {
+    const activity = yield* Effect.serviceOption(StoreActivity)
+    if (activity._tag === "None") return yield* TestClock.adjust(duration)
+    const target = (yield* Clock.currentTimeMillis) + Duration.toMillis(Duration.decode(duration))
+    yield* settle
+    for (let step = 0; step < 100_000; step++) {
+      const now = yield* Clock.currentTimeMillis
+      const due = Chunk.toReadonlyArray(yield* TestClock.sleeps()).filter((at) => at <= target)
+      if (due.length === 0) break
+      yield* TestClock.setTime(Math.max(now, Math.min(...due)))
+      yield* settle
+    }
+    yield* TestClock.setTime(target)
+    yield* settle
   })

@@ -1,6 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
-import { Data, Effect, Layer } from "effect"
+import { Data, Effect, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
+import * as PgStore from "../../PgStore.js"
 import * as SqliteStore from "../../SqliteStore.js"
 
 /**
@@ -37,16 +38,7 @@ export class DatabaseUnavailable extends Data.TaggedError("DatabaseUnavailable")
   }
 }
 
-/** This build has no engine for the target (exit code 3). */
-export class EngineNotAvailable extends Data.TaggedError("EngineNotAvailable")<{
-  readonly engine: string
-}> {
-  override get message() {
-    return `${this.engine} engine not available in this build`
-  }
-}
-
-export type OpenError = DatabaseUnavailable | EngineNotAvailable
+export type OpenError = DatabaseUnavailable
 
 export type StoreServices = SqliteStore.Mechanisms | SqlClient.SqlClient
 
@@ -83,8 +75,9 @@ export const storeLayer = (target: Target, options: { readonly create: boolean }
       )
     }
     case "postgres":
-      // The PostgreSQL engine's seam: `PgStore.layer({ url: target.url })`, its
-      // errors mapped to DatabaseUnavailable as above, once this build has it.
-      return Layer.fail(new EngineNotAvailable({ engine: "PostgreSQL" }))
+      // A server that cannot be reached (or refuses the login) fails here, at connect, as DatabaseUnavailable.
+      return PgStore.layer({ url: Redacted.make(target.url) }).pipe(
+        Layer.catchAll((error) => Layer.fail(new DatabaseUnavailable({ target: name, reason: reasonOf(error) })))
+      )
   }
 }

@@ -32,7 +32,7 @@ export class Refused extends Data.TaggedError("Refused")<{ readonly reason: stri
 }
 
 const usageTags = new Set(["UsageError", "InvalidOptions", "InvalidName", "ReservedName", "InvalidSpec", "InvalidPayload"])
-const unavailableTags = new Set(["DatabaseUnavailable", "EngineNotAvailable"])
+const unavailableTags = new Set(["DatabaseUnavailable"])
 
 /** The exit code and the message of a failure. */
 export const classify = (error: unknown): { readonly code: number; readonly message: string } => {

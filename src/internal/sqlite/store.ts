@@ -88,7 +88,12 @@ export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Out
  */
 export const buildMechanisms = (
   executor: Executor,
-  file: { readonly filename: string; readonly identity?: string | undefined },
+  file: {
+    readonly filename: string
+    readonly identity?: string | undefined
+    /** the store's own connection's `data_version`, where it owns one (see `WatcherOptions`) */
+    readonly ownDataVersion?: (() => number | undefined) | undefined
+  },
   settings: ResolvedSettings,
   wake: WakeHub = makeWakeHub()
 ): Effect.Effect<Context.Context<Mechanisms>, SqlError | MigrationError, Scope.Scope | SqlClient.SqlClient> =>
@@ -101,7 +106,8 @@ export const buildMechanisms = (
         pollMillis: settings.watchIntervalMillis,
         eventFallbackMillis: 500,
         identityEveryMillis: 500,
-        identity: file.identity
+        identity: file.identity,
+        ownDataVersion: file.ownDataVersion
       })
     }
     const engine: EngineShape = {
@@ -163,7 +169,16 @@ export const layer = (
         onFailure: (cause) => checkpointerFailed(owned.db, wake, filename, identity, cause)
       })
     }
-    const mechanisms = yield* buildMechanisms(owned.executor, { filename, identity }, settings, wake).pipe(
+    const ownVersion = owned.db.prepare("PRAGMA data_version").pluck()
+    const ownDataVersion = () => {
+      if (owned.db.inTransaction) return undefined
+      try {
+        return ownVersion.get() as number
+      } catch {
+        return undefined
+      }
+    }
+    const mechanisms = yield* buildMechanisms(owned.executor, { filename, identity, ownDataVersion }, settings, wake).pipe(
       Effect.provideService(SqlClient.SqlClient, owned.client)
     )
     return Context.add(mechanisms, SqlClient.SqlClient, owned.client)

@@ -1,0 +1,110 @@
+/**
+ * The issue-14 targets: four rows measured the way applications call the
+ * library, each against raw better-sqlite3 in the same run (and plainjob
+ * beside it): enqueue → handler from outside the worker's fiber, enqueueBatch
+ * of 100, the batched drain whose handler reads each payload, and
+ * enqueue → handler across processes.
+ */
+import type { Cell, Sample, Spread, WakeSample } from "./report.js"
+import { fmtMs, fmtOps, fmtRange, fmtRatio, fmtSpread, percentile, pooledLatencies, spread } from "./report.js"
+import type { WakeId, WakeSide } from "./waking.js"
+import type { WorkloadId } from "./workloads.js"
+
+/** Per round: `side`'s percentile ÷ raw's percentile in the same round. */
+const pairedWake = (samples: ReadonlyArray<WakeSample>, id: WakeId, side: WakeSide, p: number): Spread | undefined => {
+  const ratios: Array<number> = []
+  for (const s of samples) {
+    if (s.id !== id || s.side !== side || !s.ok) continue
+    const raw = samples.find((r) => r.id === id && r.side === "raw" && r.ok && r.round === s.round)
+    const a = s.result?.latenciesMs
+    const b = raw?.result?.latenciesMs
+    if (a && b && a.length > 0 && b.length > 0) ratios.push(percentile(a, p) / percentile(b, p))
+  }
+  return spread(ratios)
+}
+
+/** Per round: `a`'s throughput ÷ `b`'s on the same workload in the same round. */
+const pairedOps = (samples: ReadonlyArray<Sample>, w: WorkloadId, a: string, b: string): Spread | undefined => {
+  const ratios: Array<number> = []
+  for (const s of samples) {
+    if (s.workload !== w || s.contender !== a || !s.ok) continue
+    const o = samples.find((x) => x.workload === w && x.contender === b && x.ok && x.round === s.round)
+    if (o) ratios.push(s.opsPerSec / o.opsPerSec)
+  }
+  return spread(ratios)
+}
+
+const verdict = (ok: ReadonlyArray<boolean | undefined>) =>
+  ok.some((x) => x === undefined) ? "not measured" : ok.every(Boolean) ? "PASS" : "FAIL"
+
+export const issue14Rows = (
+  cells: ReadonlyArray<Cell>,
+  samples: ReadonlyArray<Sample>,
+  wakeSamples: ReadonlyArray<WakeSample>
+) => {
+  const header = ["row", "alkstore", "raw", "plainjob", "alkstore ÷ raw (paired median)", "min–max", "target", "verdict"]
+  const rows: Array<Array<string>> = []
+  const lat = (id: WakeId, side: WakeSide, p: number) => {
+    const xs = pooledLatencies(wakeSamples, id, side)
+    return xs ? fmtMs(percentile(xs, p)) : "—"
+  }
+  const wakeRow = (id: WakeId, title: string, p: 50 | 99, goal: number) => {
+    const r = pairedWake(wakeSamples, id, "alkstore", p)
+    rows.push([
+      `${title}: p${p}`,
+      lat(id, "alkstore", p),
+      lat(id, "raw", p),
+      lat(id, "plainjob", p),
+      fmtSpread(r, fmtRatio, "×"),
+      fmtRange(r, fmtRatio),
+      `≤ ${goal}× raw`,
+      verdict([r === undefined ? undefined : r.median <= goal])
+    ])
+  }
+  const opsOf = (contender: string, w: WorkloadId) =>
+    cells.find((c) => c.contender.name === contender && c.workload.id === w)
+  const opsText = (c: Cell | undefined) => (c?.throughput ? `${fmtOps(c.throughput.median)}/s` : c?.na ? "n/a" : "—")
+
+  wakeRow("wake-outside", "enqueue→handler, same process, enqueue outside the worker's fiber", 50, 1.5)
+  wakeRow("wake-outside", "enqueue→handler, same process, enqueue outside the worker's fiber", 99, 2)
+
+  const batch = opsOf("alkstore", "enqueue-batch100")
+  const vsPlainjob = pairedOps(samples, "enqueue-batch100", "alkstore", "plainjob")
+  rows.push([
+    "enqueueBatch of 100 jobs (raw: 100 INSERTs in one transaction; plainjob: addMany)",
+    opsText(batch),
+    opsText(opsOf("raw", "enqueue-100tx")),
+    opsText(opsOf("plainjob", "enqueue-batch100")),
+    fmtSpread(batch?.ratio, fmtRatio, "×"),
+    fmtRange(batch?.ratio, fmtRatio),
+    `≥ 0.9× raw, ahead of plainjob (alkstore ÷ plainjob paired: ${fmtSpread(vsPlainjob, fmtRatio, "×")}, ${fmtRange(vsPlainjob, fmtRatio)})`,
+    verdict([
+      batch?.ratio === undefined ? undefined : batch.ratio.median >= 0.9,
+      vsPlainjob === undefined ? undefined : vsPlainjob.median > 1
+    ])
+  ])
+  const read = opsOf("alkstore", "drain-batch100-read")
+  rows.push([
+    "batched drain: claimBatch(100), the handler reads each handle.job.payload, ackAll",
+    opsText(read),
+    opsText(opsOf("raw", "drain-batch100")),
+    "n/a (no batch claim)",
+    fmtSpread(read?.ratio, fmtRatio, "×"),
+    fmtRange(read?.ratio, fmtRatio),
+    "≥ 0.7× raw",
+    verdict([read?.ratio === undefined ? undefined : read.ratio.median >= 0.7])
+  ])
+  const cross = pairedWake(wakeSamples, "wake-crossprocess", "alkstore", 50)
+  rows.push([
+    "  (info) enqueue→handler, worker in another process: p50",
+    lat("wake-crossprocess", "alkstore", 50),
+    lat("wake-crossprocess", "raw", 50),
+    lat("wake-crossprocess", "plainjob", 50),
+    fmtSpread(cross, fmtRatio, "×"),
+    fmtRange(cross, fmtRatio),
+    "—",
+    "—"
+  ])
+  wakeRow("wake-crossprocess", "enqueue→handler, worker in another process", 99, 1.5)
+  return { header, rows }
+}

@@ -1,0 +1,66 @@
+/**
+ * The PostgreSQL engine, for when one machine is not enough: many processes
+ * on many hosts sharing one database, under the same contract as SQLite.
+ *
+ * - `layer({ url } | PgClient config)` opens a pool itself (`@effect/sql-pg`)
+ *   and provides every mechanism plus the `SqlClient` (and `PgClient`) it
+ *   runs on, so the application's own tables share its transactions:
+ *   an enqueue inside `sql.withTransaction` commits or rolls back with them.
+ * - `layerConfig(config)` is `layer` from `Config`.
+ * - `layerFromClient()` builds over a `PgClient` the application provides.
+ *
+ * Providing either migrates the engine's tables in their own schema
+ * (default `alkstore`) with their own migrations table, under an advisory
+ * lock so that many processes may start at once on an empty database.
+ * Claims use `FOR UPDATE SKIP LOCKED`; waiters wake over LISTEN/NOTIFY; by
+ * default the program's `Clock` is aligned with the database server's (see
+ * `docs/engines.md`).
+ */
+import type { MigrationError } from "@effect/sql/Migrator"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import type * as PgClient from "@effect/sql-pg/PgClient"
+import { Config, type ConfigError, Effect, Layer } from "effect"
+import * as importSqliteInternal from "./internal/pg/importSqlite.js"
+import * as internal from "./internal/pg/store.js"
+import type { InvalidOptions } from "./StoreError.js"
+
+export type StoreSettings = internal.StoreSettings
+export type PgStoreOptions = internal.PgStoreOptions
+export type Mechanisms = internal.Mechanisms
+
+export const layer: (
+  options: PgStoreOptions
+) => Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =
+  internal.layer
+
+export const layerConfig = (
+  config: Config.Config.Wrap<PgStoreOptions>
+): Layer.Layer<
+  Mechanisms | SqlClient.SqlClient | PgClient.PgClient,
+  SqlError | MigrationError | InvalidOptions | ConfigError.ConfigError
+> => Layer.unwrapEffect(Effect.map(Config.unwrap(config), internal.layer))
+
+export const layerFromClient: (
+  options?: StoreSettings
+) => Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> = internal.layerFromClient
+
+export type Imported = importSqliteInternal.Imported
+
+/**
+ * Moves a deployment from a SQLite file to PostgreSQL: copies every job
+ * (pending, scheduled, claimed, dead, with their ids, attempts and claim
+ * tokens), every schedule (with its phase) and every lock row (with its
+ * fencing token) from the SQLite store `filename` into the empty,
+ * migrated PostgreSQL store of `schema` (default `alkstore`), in one
+ * transaction on the `SqlClient` in context (a `PgStore.layer`'s). Stop the
+ * SQLite deployment first. See docs/engines.md.
+ */
+export const importSqlite = (options: {
+  readonly filename: string
+  readonly schema?: string
+}): Effect.Effect<Imported, SqlError | InvalidOptions, SqlClient.SqlClient> =>
+  Effect.flatMap(
+    internal.resolveSettings({ schema: options.schema ?? "alkstore" }),
+    ({ schema }) => importSqliteInternal.importSqlite(options.filename, schema)
+  ).pipe(Effect.withSpan("PgStore.importSqlite"))

@@ -1,0 +1,197 @@
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import { SqlError } from "@effect/sql/SqlError"
+import { Cause, Context, Effect, Exit, FiberRef, Scope } from "effect"
+import { otherTransactionError } from "../transactionOwner.js"
+
+export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
+export type Row = Record<string, unknown>
+
+/**
+ * The one seam the PostgreSQL mechanisms run their SQL through, over the
+ * store's `SqlClient` (an `@effect/sql-pg` client).
+ *
+ * `SqlClient.TransactionConnection` is one tag shared by every `@effect/sql`
+ * client, so a statement must never simply take whatever transaction is
+ * open: it joins the open transaction only when that transaction's
+ * connection is this client's (`isMine`: the store's own transaction or the
+ * application's `sql.withTransaction` on the same client); inside another
+ * client's transaction it fails with a typed `SqlError` before running
+ * anything (the rule of src/internal/transactionOwner.ts).
+ */
+export interface PgExecutor {
+  /** Runs one statement (RETURNING for writes) and returns its rows. */
+  readonly all: <A = Row>(text: string, params: ReadonlyArray<Param>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+  /** A transaction on this client, or a savepoint inside one of its own that is open. */
+  readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /** Whether `context` has a transaction of this client open (the application's or the store's). */
+  readonly openTransaction: (context: Context.Context<never>) => "none" | "store" | "application"
+  /** The hooks the store's transaction open in `context` runs once it commits (`undefined` outside one). */
+  readonly commitHooks: (context: Context.Context<never>) => Array<() => void> | undefined
+  readonly client: SqlClient.SqlClient
+  /** Statements (BEGIN and COMMIT included) on their way to the server now. */
+  readonly inFlight: () => number
+}
+
+type Open = readonly [conn: Connection, depth: number]
+
+const getOpen = (context: Context.Context<never>): Open | undefined =>
+  context.unsafeMap.get(SqlClient.TransactionConnection.key) as Open | undefined
+
+
+/**
+ * The constructor of the client's connections: `@effect/sql-pg` builds one
+ * class per client, so `instanceof` tells this client's connections (its own
+ * transactions and the application's `sql.withTransaction`) from any other.
+ */
+const connectionClass = (client: SqlClient.SqlClient) =>
+  Effect.scoped(Effect.map(client.reserve, (conn) => (conn as object).constructor))
+
+/** Ends the driver's connection so the pool discards it instead of reusing it mid-transaction. */
+const discard = (conn: Connection) => {
+  const pg = (conn as { pg?: { end?: () => Promise<void> } }).pg
+  try {
+    void pg?.end?.().catch(() => {})
+  } catch {
+    // already gone
+  }
+}
+
+export const makeExecutor = (
+  client: SqlClient.SqlClient,
+  storeId: string
+): Effect.Effect<PgExecutor, SqlError> =>
+  Effect.gen(function*() {
+    const sql = client.withoutTransforms()
+    const Class = yield* connectionClass(client)
+    const isMine = (conn: Connection) => conn instanceof Class
+    // The store's own transactions carry their commit hooks under a key of this store alone.
+    const Hooks = Context.GenericTag<Array<() => void>>(`alkstore/internal/pg/CommitHooks/${storeId}`)
+    let inFlight = 0
+    const counted = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => {
+        inFlight++
+        return Effect.ensuring(statement, Effect.sync(() => inFlight--))
+      })
+    const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
+
+    // Outside a transaction, statements run on the pool through a connection of the client's own
+    // class without a reserved driver connection — what `@effect/sql-pg` 0.53 itself acquires for
+    // every statement — skipping the Statement layer (compilation, a span per statement): a
+    // third of an enqueue's cost. Any other client falls back to `sql.unsafe`.
+    const onPool = (() => {
+      try {
+        const conn = new (Class as new(pg?: unknown) => Connection)(undefined)
+        return typeof conn.execute === "function" ? conn : undefined
+      } catch {
+        return undefined
+      }
+    })()
+
+    const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+      Effect.withFiberRuntime((fiber) => {
+        const open = getOpen(fiber.currentContext)
+        if (open !== undefined && isMine(open[0])) {
+          return counted(open[0].execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        }
+        // Another client's transaction: neither joinable (another database) nor to be quietly
+        // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
+        if (open !== undefined) return Effect.fail(otherTransactionError())
+        if (onPool !== undefined) {
+          return counted(onPool.execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        }
+        const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
+          ReadonlyArray<A>,
+          SqlError
+        >
+        return counted(statement)
+      })
+
+    const openTransaction = (context: Context.Context<never>) => {
+      const open = getOpen(context)
+      if (open === undefined || !isMine(open[0])) return "none" as const
+      return context.unsafeMap.has(Hooks.key) ? "store" as const : "application" as const
+    }
+
+    const savepoint = <A, E, R>(
+      context: Context.Context<never>,
+      [conn, depth]: Open,
+      effect: Effect.Effect<A, E, R>,
+      restore: <X, Y, Z>(e: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+    ): Effect.Effect<A, E | SqlError, R> => {
+      const name = `alkstore_sp_${depth + 1}`
+      const parent = context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined
+      const hooks: Array<() => void> = []
+      const inner = Context.add(context, SqlClient.TransactionConnection, [conn, depth + 1] as const).pipe(
+        Context.add(Hooks, hooks)
+      )
+      return exec(conn, `SAVEPOINT ${name}`).pipe(
+        Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
+        Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+          Exit.isSuccess(exit)
+            ? Effect.as(exec(conn, `RELEASE SAVEPOINT ${name}`), exit.value).pipe(
+              // Work of an application transaction wakes through NOTIFY on its commit.
+              Effect.tap(() => parent?.push(...hooks))
+            )
+            : exec(conn, `ROLLBACK TO SAVEPOINT ${name}`).pipe(
+              Effect.zipRight(exec(conn, `RELEASE SAVEPOINT ${name}`)),
+              Effect.matchCauseEffect({
+                onSuccess: () => exit,
+                onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
+              })
+            )
+        )
+      )
+    }
+
+    /**
+     * Unlike `@effect/sql`'s own, a failed BEGIN or COMMIT is the typed
+     * `SqlError` it is (never a defect), a connection whose ROLLBACK failed is
+     * discarded rather than pooled mid-transaction, and the commit hooks (wake
+     * signals) run only after COMMIT succeeded.
+     */
+    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.withFiberRuntime<A, E | SqlError, R>((fiber) => {
+          const context = fiber.currentContext
+          const open = getOpen(context)
+          if (open !== undefined && isMine(open[0])) return savepoint(context, open, effect, restore)
+          if (open !== undefined) return Effect.fail(otherTransactionError())
+          return Effect.flatMap(Scope.make(), (scope) => {
+            const body = Effect.flatMap(restore(Scope.extend(client.reserve, scope)), (conn) => {
+              const hooks: Array<() => void> = []
+              const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
+                Context.add(Hooks, hooks)
+              )
+              const rollback = Effect.catchAll(exec(conn, "ROLLBACK"), () => Effect.sync(() => discard(conn)))
+              return exec(conn, "BEGIN").pipe(
+                Effect.tapError(() => Effect.sync(() => discard(conn))),
+                Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
+                Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+                  Exit.isFailure(exit)
+                    ? Effect.zipRight(rollback, exit)
+                    : exec(conn, "COMMIT").pipe(
+                      // A failed COMMIT has ended the transaction; a broken connection is discarded.
+                      Effect.tapError(() => rollback),
+                      Effect.map(() => {
+                        for (const hook of hooks) hook()
+                        return exit.value
+                      })
+                    )
+                )
+              )
+            })
+            return Effect.ensuring(body, Scope.close(scope, Exit.void))
+          })
+        })
+      )
+
+    const commitHooks = (context: Context.Context<never>) =>
+      context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined
+
+    return { all, transaction, openTransaction, commitHooks, client, inFlight: () => inFlight }
+  }).pipe(
+    Effect.mapError((cause) =>
+      cause instanceof SqlError ? cause : new SqlError({ cause, message: "Failed to reach the database" })
+    )
+  )

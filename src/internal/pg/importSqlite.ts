@@ -1,0 +1,119 @@
+import * as SqlClient from "@effect/sql/SqlClient"
+import { SqlError } from "@effect/sql/SqlError"
+import Sqlite from "better-sqlite3"
+import { Effect } from "effect"
+
+/** What an import copied. */
+export interface Imported {
+  readonly jobs: number
+  readonly schedules: number
+  readonly locks: number
+}
+
+const jobColumns = [
+  "id",
+  "queue",
+  "payload",
+  "state",
+  "priority",
+  "run_at",
+  "attempts",
+  "max_attempts",
+  "visibility_timeout",
+  "backoff_base",
+  "expires_at",
+  "claimed_until",
+  "worker_id",
+  "claim_token",
+  "idempotency_key",
+  "created_at",
+  "last_error",
+  "died_at"
+] as const
+const scheduleColumns = [
+  "name",
+  "spec",
+  "interval_ms",
+  "queue",
+  "payload",
+  "priority",
+  "max_attempts",
+  "expires_ms",
+  "next_fire_at",
+  "created_at",
+  "updated_at"
+] as const
+const lockColumns = ["name", "owner", "token", "expires_at"] as const
+
+const casts: Record<string, string> = { payload: "json" }
+const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "last_error", "name", "spec", "owner"])
+
+/**
+ * Copies a SQLite store's rows (every job — pending, scheduled, claimed,
+ * dead —, every schedule, every lock row with its fencing token) into the
+ * PostgreSQL store's schema, in one transaction on the `SqlClient` in
+ * context, keeping ids (so handles and logs still name the same jobs), and
+ * moves the id sequence past them. Run it with the SQLite deployment
+ * stopped, into a freshly migrated, empty PostgreSQL store: it refuses a
+ * schema that already holds jobs, schedules or locks.
+ */
+export const importSqlite = (filename: string, schema: string): Effect.Effect<Imported, SqlError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const read = yield* Effect.try({
+      try: () => {
+        const db = new Sqlite(filename, { readonly: true, fileMustExist: true })
+        try {
+          const all = (table: string, columns: ReadonlyArray<string>) =>
+            db.prepare(`SELECT ${columns.join(", ")} FROM ${table}`).all() as Array<Record<string, unknown>>
+          return {
+            jobs: all("__alkstore_jobs", jobColumns),
+            schedules: all("__alkstore_scheduler_tasks", scheduleColumns),
+            locks: all("__alkstore_locks", lockColumns)
+          }
+        } finally {
+          db.close()
+        }
+      },
+      catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite store ${filename}: ${String(cause)}` })
+    })
+    const copy = (table: string, columns: ReadonlyArray<string>, rows: ReadonlyArray<Record<string, unknown>>, extra = "") =>
+      rows.length === 0 ? Effect.void : Effect.asVoid(sql.unsafe(
+        `INSERT INTO ${schema}.${table} (${columns.join(", ")}) ${extra}
+         SELECT ${columns.map((c) => `${c}::${casts[c] ?? (textColumns.has(c) ? "text" : "bigint")}`).join(", ")}
+         FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(", ")}) AS u(${columns.join(", ")})`,
+        columns.map((c) => rows.map((row) => (row[c] === null || row[c] === undefined ? null : String(row[c])))) as never
+      ))
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      const [existing] = yield* sql.unsafe<{ n: string }>(
+        `SELECT (SELECT count(*) FROM ${schema}.__alkstore_jobs) + (SELECT count(*) FROM ${schema}.__alkstore_scheduler_tasks)
+           + (SELECT count(*) FROM ${schema}.__alkstore_locks) AS n`
+      )
+      if (Number(existing!.n) > 0) {
+        return yield* new SqlError({
+          cause: new Error("not empty"),
+          message: `The PostgreSQL store in schema ${schema} is not empty: import into a fresh one`
+        })
+      }
+      yield* copy("__alkstore_jobs", jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE")
+      yield* copy("__alkstore_scheduler_tasks", scheduleColumns, read.schedules)
+      yield* copy("__alkstore_locks", lockColumns, read.locks)
+      // New ids continue after the largest imported one (SQLite's AUTOINCREMENT high-water mark included).
+      const [seq] = yield* Effect.try({
+        try: () => {
+          const db = new Sqlite(filename, { readonly: true })
+          try {
+            return db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'`).all() as Array<{ seq: number }>
+          } finally {
+            db.close()
+          }
+        },
+        catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite id sequence: ${String(cause)}` })
+      })
+      const high = Math.max(seq?.seq ?? 0, ...read.jobs.map((row) => Number(row.id)))
+      if (high > 0) {
+        yield* sql.unsafe(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint)`, [`${schema}.__alkstore_jobs`, high])
+      }
+      return { jobs: read.jobs.length, schedules: read.schedules.length, locks: read.locks.length }
+    }))
+  })

@@ -1,0 +1,104 @@
+import * as Migrator from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import { Effect } from "effect"
+import type { PgExecutor } from "./executor.js"
+
+/** One statement per call (the extended protocol takes one). */
+const statements = (...sql: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const client = yield* SqlClient.SqlClient
+    for (const statement of sql) yield* client.unsafe(statement)
+  })
+
+/**
+ * The engine's tables in the store's schema `s` (already validated as a
+ * plain identifier). As on SQLite, `state` is `pending` (due), `scheduled`
+ * (due later: kept out of the claim index), `claimed` or `dead`; acked and
+ * cancelled jobs are deleted. Identity ids are never reused. Numbers are
+ * `bigint` (decoded strictly back to safe integers); payloads are `json`,
+ * which keeps the text exactly as written (`jsonb` would reorder and dedupe
+ * keys and reject `\u0000`), so they round-trip as on SQLite.
+ */
+export const migrations = (s: string) =>
+  Migrator.fromRecord({
+    "1_queues_and_locks": statements(
+      `CREATE TABLE ${s}.__alkstore_jobs (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        queue text NOT NULL,
+        payload json NOT NULL,
+        state text NOT NULL,
+        priority bigint NOT NULL,
+        run_at bigint NOT NULL,
+        attempts bigint NOT NULL DEFAULT 0,
+        max_attempts bigint NOT NULL,
+        visibility_timeout bigint NOT NULL,
+        backoff_base bigint NOT NULL,
+        expires_at bigint,
+        claimed_until bigint,
+        worker_id text,
+        claim_token bigint NOT NULL DEFAULT 0,
+        idempotency_key text,
+        created_at bigint NOT NULL,
+        last_error text,
+        died_at bigint
+      ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+              autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 1000)`,
+      `CREATE INDEX __alkstore_jobs_pending ON ${s}.__alkstore_jobs (queue, priority DESC, run_at, id)
+        WHERE state = 'pending'`,
+      `CREATE INDEX __alkstore_jobs_scheduled ON ${s}.__alkstore_jobs (queue, run_at) WHERE state = 'scheduled'`,
+      `CREATE INDEX __alkstore_jobs_claimed ON ${s}.__alkstore_jobs (queue, claimed_until) WHERE state = 'claimed'`,
+      `CREATE INDEX __alkstore_jobs_dead ON ${s}.__alkstore_jobs (queue, died_at) WHERE state = 'dead'`,
+      `CREATE INDEX __alkstore_jobs_expiry ON ${s}.__alkstore_jobs (expires_at)
+        WHERE expires_at IS NOT NULL AND state <> 'dead'`,
+      `CREATE UNIQUE INDEX __alkstore_jobs_key ON ${s}.__alkstore_jobs (queue, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND state <> 'dead'`,
+      `CREATE TABLE ${s}.__alkstore_locks (
+        name text PRIMARY KEY,
+        owner text NOT NULL,
+        token bigint NOT NULL,
+        expires_at bigint NOT NULL
+      )`
+    ),
+    "2_scheduler": statements(
+      `CREATE TABLE ${s}.__alkstore_scheduler_tasks (
+        name text PRIMARY KEY,
+        spec text NOT NULL,
+        interval_ms bigint NOT NULL,
+        queue text NOT NULL,
+        payload json NOT NULL,
+        priority bigint NOT NULL,
+        max_attempts bigint NOT NULL,
+        expires_ms bigint,
+        next_fire_at bigint NOT NULL,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL
+      )`,
+      `CREATE INDEX __alkstore_scheduler_tasks_due ON ${s}.__alkstore_scheduler_tasks (next_fire_at)`
+    )
+  })
+
+export const migrationsTable = "__alkstore_migrations"
+
+/**
+ * One transaction, so that many processes starting at once on an empty
+ * database all succeed: a transaction-level advisory lock on the schema's
+ * name serializes them, the schema and the migrations table (in
+ * `@effect/sql`'s shape) are created if missing under it, and then
+ * `@effect/sql`'s Migrator runs (its own transaction becomes a savepoint and
+ * its probe of the table finds it, so nothing aborts).
+ */
+export const migrate = (executor: PgExecutor, schema: string) =>
+  executor.transaction(Effect.gen(function*() {
+    yield* executor.all("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`alkstore:migrate:${schema}`])
+    yield* executor.all("SET LOCAL lock_timeout = '60s'", [])
+    yield* executor.all(`CREATE SCHEMA IF NOT EXISTS ${schema}`, [])
+    yield* executor.all(
+      `CREATE TABLE IF NOT EXISTS ${schema}.${migrationsTable} (
+        migration_id integer primary key,
+        created_at timestamp with time zone not null default now(),
+        name text not null
+      )`,
+      []
+    )
+    return yield* Migrator.make({})({ loader: migrations(schema), table: `${schema}.${migrationsTable}` })
+  })).pipe(Effect.provideService(SqlClient.SqlClient, executor.client))

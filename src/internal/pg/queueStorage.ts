@@ -1,0 +1,318 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Option } from "effect"
+import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
+import type { Param, PgExecutor } from "./executor.js"
+import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
+import type { Notifier } from "./notify.js"
+
+/**
+ * Every statement of the PostgreSQL queue mechanism, for the tables of
+ * schema `s`. Claims take their rows with `FOR UPDATE SKIP LOCKED` from the
+ * partial indexes of due work (pending rows, and claimed rows whose lease
+ * lapsed), so workers on many hosts never wait for each other and never
+ * walk dead, acked (deleted) or future (`scheduled`) rows. Writes that make
+ * work claimable notify in the same statement (`n.tail`), so the NOTIFY is
+ * delivered on commit only.
+ */
+export const queueStatements = (s: string, n: Notifier) => {
+  const jobs = `${s}.__alkstore_jobs`
+  const columns = jobColumns()
+  // What a claim writes, as on SQLite: one CASE per column claims the row, or
+  // moves a candidate met expired or with its attempts spent to dead. $1 is now, $2 the worker.
+  const gone = `((j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint) OR j.attempts >= j.max_attempts)`
+  const claimSet = `UPDATE ${jobs} AS j SET
+    state = CASE WHEN ${gone} THEN 'dead' ELSE 'claimed' END,
+    last_error = CASE WHEN j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint THEN 'expired'
+      WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded' ELSE j.last_error END,
+    died_at = CASE WHEN ${gone} THEN $1::bigint ELSE NULL END,
+    claimed_until = CASE WHEN ${gone} THEN NULL ELSE $1::bigint + j.visibility_timeout END,
+    worker_id = CASE WHEN ${gone} THEN NULL ELSE $2::text END,
+    attempts = CASE WHEN ${gone} THEN j.attempts ELSE j.attempts + 1 END,
+    claim_token = CASE WHEN ${gone} THEN j.claim_token ELSE j.claim_token + 1 END`
+  // When a live job counts as expired at $1 and is swept to dead (as on SQLite, one rule for
+  // maintenance, a keyed insert meeting the key's holder and requeueDead meeting it): its expiry
+  // passed and it is not a claim in flight.
+  const expiredAt = `expires_at IS NOT NULL AND expires_at <= $1::bigint AND state <> 'dead'
+      AND (state <> 'claimed' OR claimed_until <= $1::bigint)`
+  const sweepExpired = `UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
+      claimed_until = NULL, worker_id = NULL`
+  const insertColumns =
+    `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
+      created_at)`
+  const values = `($1::text, $2::text::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
+      $9::bigint, $10::text, $11::bigint)`
+  return {
+    insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
+      SELECT w.id, ${n.tail(12)} FROM w`,
+    insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
+      SELECT w.id, ${n.tail(12)} FROM w`,
+    // Many rows in one statement; identities are assigned in ordinality order.
+    insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
+        SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
+          u.backoff_base, u.expires_at, NULL, u.created_at
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
+          $8::bigint[], $9::bigint[], $10::bigint[]) WITH ORDINALITY
+          AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
+            created_at, ord)
+        ORDER BY u.ord
+        RETURNING id, queue AS topic)
+      SELECT w.id, ${n.tail(11)} FROM w`,
+    liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
+    // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
+    expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
+    // One statement, one round trip: candidates come from the pending index, the lapsed leases'
+    // index and a bounded batch of due scheduled rows (the oldest 1000), each taken FOR UPDATE SKIP
+    // LOCKED (rows another claimer holds are skipped, never waited for); the best `$4` are claimed
+    // and the other due scheduled rows move into the claim index (`pending`) in the same
+    // statement (a row is modified once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the
+    // writes on the primary key whatever the planner estimates. $1 now, $2 worker, $3 queue.
+    claim: `WITH due AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
+        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
+      ), pending AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), lapsed AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), picked AS MATERIALIZED (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4
+      ), promoted AS (
+        UPDATE ${jobs} SET state = 'pending'
+        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
+      )
+      ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+      RETURNING ${jobColumns("j")}`,
+    // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
+    // (an EXISTS drops the order, and may then scan the table for the first match).
+    anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
+          ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
+          ORDER BY run_at LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint
+          ORDER BY claimed_until LIMIT 1) IS NOT NULL AS any`,
+    nextDeadline: `SELECT LEAST(
+        (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at > $2::bigint),
+        (SELECT min(claimed_until) FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint)
+      ) AS at`,
+    ack: `DELETE FROM ${jobs} WHERE id = $1::bigint AND claim_token = $2::bigint AND state = 'claimed' RETURNING id`,
+    ackMany: `DELETE FROM ${jobs} AS j USING unnest($1::bigint[], $2::bigint[]) AS f(id, token)
+      WHERE j.id = f.id AND j.claim_token = f.token AND j.state = 'claimed' RETURNING j.id`,
+    retry: `WITH w AS (UPDATE ${jobs}
+        SET state = CASE WHEN $1::bigint > $2::bigint THEN 'scheduled' ELSE 'pending' END, run_at = $1::bigint,
+          last_error = coalesce($3::text, last_error), claimed_until = NULL, worker_id = NULL
+        WHERE id = $4::bigint AND claim_token = $5::bigint AND state = 'claimed' RETURNING id, queue AS topic)
+      SELECT w.id, ${n.tail(6)} FROM w`,
+    bury: `UPDATE ${jobs}
+      SET state = 'dead', died_at = $1::bigint, last_error = coalesce($2::text, last_error), claimed_until = NULL,
+        worker_id = NULL
+      WHERE id = $3::bigint AND claim_token = $4::bigint AND state = 'claimed' RETURNING id`,
+    heartbeat: `UPDATE ${jobs} SET claimed_until = $1::bigint
+      WHERE id = $2::bigint AND claim_token = $3::bigint AND state = 'claimed' RETURNING id`,
+    release: `WITH w AS (UPDATE ${jobs}
+        SET state = 'pending', attempts = greatest(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
+        WHERE id = $1::bigint AND claim_token = $2::bigint AND state = 'claimed' RETURNING id, queue AS topic)
+      SELECT w.id, ${n.tail(3)} FROM w`,
+    get: `SELECT ${columns} FROM ${jobs} WHERE id = $1::bigint AND queue = $2`,
+    cancel: `DELETE FROM ${jobs} WHERE id = $1::bigint AND queue = $2 AND state <> 'dead' RETURNING id`,
+    stats: `SELECT
+        (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'pending') AS pending,
+        (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint) AS due_scheduled,
+        (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at > $2::bigint) AS scheduled,
+        (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'claimed') AS claimed,
+        (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'dead') AS dead,
+        (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'pending') AS oldest_pending,
+        (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint) AS oldest_due`,
+    dead: `SELECT ${columns} FROM ${jobs} WHERE queue = $1 AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT $2`,
+    // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
+    // unless that holder has expired: swept first ($1 now, $2 the queue, $3 the dead job's id).
+    requeueExpireHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = (
+        SELECT idempotency_key FROM ${jobs} WHERE id = $3::bigint AND queue = $2 AND state = 'dead')
+        AND ${expiredAt} RETURNING id`,
+    // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
+    requeueDead: `WITH w AS (UPDATE ${jobs} AS d
+        SET state = 'pending', run_at = $1::bigint, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
+          expires_at = NULL
+        WHERE d.id = $3::bigint AND d.queue = $2 AND d.state = 'dead'
+          AND (d.idempotency_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM ${jobs} AS live WHERE live.queue = d.queue
+              AND live.idempotency_key = d.idempotency_key AND live.state <> 'dead'))
+        RETURNING d.id, d.queue AS topic)
+      SELECT w.id, ${n.tail(4)} FROM w`,
+    purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
+    purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
+      SELECT count(*) AS n FROM d`,
+    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING 1) SELECT count(*) AS n FROM d`,
+    purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
+      SELECT count(*) AS n FROM d`
+  } as const
+}
+
+const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
+
+const jobParams = (job: NewJob): Array<Param> => [
+  job.queue,
+  job.payload,
+  job.runAt > job.createdAt ? "scheduled" : "pending",
+  job.priority,
+  job.runAt,
+  job.maxAttempts,
+  job.visibilityTimeoutMillis,
+  job.backoffBaseMillis,
+  job.expiresAt ?? null,
+  job.key ?? null,
+  job.createdAt
+]
+
+export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notifier): QueueStorage => {
+  const sql = queueStatements(schema, notifier)
+  const ids = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
+    decoded(rows, (row) => int(row.id, "id"))
+  const changed = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
+    Effect.map(rows, (r) => r.length > 0)
+  const counted = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
+    Effect.map(decoded(rows, (row) => int(row.n, "count")), (r) => r[0] ?? 0)
+
+  // A live job holding the key wins, unless it has expired (swept, then insert again); if it
+  // settles between the statements, insert again.
+  const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
+    Effect.gen(function*() {
+      while (true) {
+        const inserted = yield* ids(db.all(sql.insertKeyed, [...jobParams(job), ...notifier.params]))
+        if (inserted.length > 0) return inserted[0]!
+        const swept = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
+        if (swept.length > 0) continue
+        const live = yield* ids(db.all(sql.liveKey, [job.queue, job.key ?? null]))
+        if (live.length > 0) return live[0]!
+      }
+    })
+
+  const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
+    job.key === undefined
+      ? Effect.map(ids(db.all(sql.insert, [...jobParams(job), ...notifier.params])), (r) => r[0]!)
+      : insertKeyed(job)
+
+  const insertMany = (jobs: ReadonlyArray<NewJob>) => {
+    const column = <K extends keyof NewJob>(f: (job: NewJob) => Param) => jobs.map(f) as unknown as Param
+    return Effect.map(
+      ids(db.all(sql.insertMany, [
+        column((j) => j.queue),
+        column((j) => j.payload),
+        column((j) => (j.runAt > j.createdAt ? "scheduled" : "pending")),
+        column((j) => j.priority),
+        column((j) => j.runAt),
+        column((j) => j.maxAttempts),
+        column((j) => j.visibilityTimeoutMillis),
+        column((j) => j.backoffBaseMillis),
+        column((j) => j.expiresAt ?? null),
+        column((j) => j.createdAt),
+        ...notifier.params
+      ])),
+      (r) => r.sort((a, b) => a - b)
+    )
+  }
+
+  const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
+    if (jobs.length === 1) return Effect.map(insertOne(jobs[0]!), (id) => [id])
+    if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
+    // One queue per statement's notification; a batch of several queues (the scheduler's tick) groups them.
+    const queues = [...new Set(jobs.map((job) => job.queue))]
+    if (queues.length === 1) return insertMany(jobs)
+    return db.transaction(Effect.gen(function*() {
+      const byId = new Map<NewJob, number>()
+      for (const queue of queues) {
+        const group = jobs.filter((job) => job.queue === queue)
+        const groupIds = yield* insertMany(group)
+        group.forEach((job, i) => byId.set(job, groupIds[i]!))
+      }
+      return jobs.map((job) => byId.get(job)!)
+    }))
+  }
+
+  /** Claims in rounds: candidates met dead do not count toward `limit`. */
+  const claimRounds = (queue: string, workerId: string, now: number, limit: number) =>
+    Effect.gen(function*() {
+      const claimed: Array<JobRow> = []
+      while (claimed.length < limit) {
+        const wanted = limit - claimed.length
+        const rows = yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
+        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
+      }
+      return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
+    })
+
+  const claim = (queue: string, workerId: string, now: number, limit: number) =>
+    claimRounds(queue, workerId, now, limit)
+
+  const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
+
+  const fenced = (text: string, head: ReadonlyArray<Param>, fence: Fence, tail: ReadonlyArray<Param> = []) =>
+    changed(db.all(text, [...head, fence.id, fence.token, ...tail]))
+
+  return {
+    insert,
+    insertOne,
+    claim,
+    hasClaimable: (queue, now) =>
+      Effect.map(db.all<{ any: boolean }>(sql.anyClaimable, [queue, now]), (rows) => rows[0]?.any === true),
+    nextDeadline: (queue, now) =>
+      Effect.map(
+        decoded(db.all(sql.nextDeadline, [queue, now]), (row) => intOrNull(row.at, "at")),
+        (rows) => Option.fromNullable(rows[0] ?? null)
+      ),
+    ack,
+    ackMany: (fences) =>
+      Effect.map(
+        ids(db.all(sql.ackMany, [fences.map((f) => f.id), fences.map((f) => f.token)])),
+        (acked) => {
+          const set = new Set(acked)
+          return fences.map((fence) => set.has(fence.id))
+        }
+      ),
+    ackAndClaim: (fence, queue, workerId, now, limit) =>
+      db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
+    retry: (fence, runAt, now, error) =>
+      fenced(sql.retry, [runAt, now, error ?? null], fence, notifier.params),
+    bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
+    heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
+    release: (fence) => fenced(sql.release, [], fence, notifier.params),
+    get: (queue, id) =>
+      Effect.map(decoded(db.all(sql.get, [id, queue]), toJobRow), (rows) => Option.fromNullable(rows[0])),
+    cancel: (queue, id) => changed(db.all(sql.cancel, [id, queue])),
+    stats: (queue, now) =>
+      Effect.map(
+        decoded(db.all(sql.stats, [queue, now]), (row): StatsRow => {
+          const oldest = [intOrNull(row.oldest_pending, "oldest_pending"), intOrNull(row.oldest_due, "oldest_due")]
+            .filter((x): x is number => x !== null)
+          return {
+            pending: int(row.pending, "pending") + int(row.due_scheduled, "due_scheduled"),
+            scheduled: int(row.scheduled, "scheduled"),
+            claimed: int(row.claimed, "claimed"),
+            dead: int(row.dead, "dead"),
+            oldestPendingRunAt: oldest.length === 0 ? null : Math.min(...oldest)
+          }
+        }),
+        (rows) => rows[0]!
+      ),
+    dead: (queue, limit) => decoded(db.all(sql.dead, [queue, limit]), toJobRow),
+    requeueDead: (queue, id, now) =>
+      db.transaction(Effect.zipRight(
+        db.all(sql.requeueExpireHolder, [now, queue, id]),
+        changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))
+      )),
+    purgeDead: (queue, diedBefore) =>
+      counted(
+        diedBefore === undefined
+          ? db.all(sql.purgeDead, [queue])
+          : db.all(sql.purgeDeadBefore, [queue, diedBefore])
+      ),
+    maintenance: (now, purgeDiedBefore) =>
+      db.transaction(Effect.gen(function*() {
+        const expired = yield* counted(db.all(sql.expire, [now]))
+        const purged = yield* counted(db.all(sql.purgeAllDeadBefore, [purgeDiedBefore]))
+        return { expired, purged }
+      }))
+  }
+}

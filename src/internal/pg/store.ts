@@ -1,0 +1,231 @@
+import * as Reactivity from "@effect/experimental/Reactivity"
+import type { MigrationError } from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import { SqlError } from "@effect/sql/SqlError"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
+import type Pg from "pg"
+import * as Admin from "../../Admin.js"
+import * as Locks from "../../Locks.js"
+import * as Outbox from "../../Outbox.js"
+import * as Queues from "../../Queues.js"
+import * as Scheduler from "../../Scheduler.js"
+import { InvalidOptions } from "../../StoreError.js"
+import { StoreActivity } from "../activity.js"
+import { optionalDurationMillis } from "../duration.js"
+import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeWakeHub } from "../wake.js"
+import { makeDatabaseClock } from "./clock.js"
+import { makeExecutor, type PgExecutor } from "./executor.js"
+import { startListener } from "./listener.js"
+import { makeAdminStorage } from "./adminStorage.js"
+import { makeLockStorage } from "./lockStorage.js"
+import { migrate } from "./migrations.js"
+import { makeNotifier } from "./notify.js"
+import { makeQueueStorage } from "./queueStorage.js"
+import { makeScheduleStorage } from "./scheduleStorage.js"
+
+/** Engine settings a PostgreSQL store accepts (all optional). */
+export interface StoreSettings {
+  /** The schema of the engine's tables; default `alkstore`. Lowercase letters, digits and `_`, at most 48. */
+  readonly schema?: string
+  /** Dead jobs older than this are purged by maintenance; default 7 days. */
+  readonly deadRetention?: import("effect").Duration.DurationInput
+  /** The scheduler's leadership lease; default 10 s. */
+  readonly leaderTtl?: import("effect").Duration.DurationInput
+  /** How often the scheduler's leader renews its lease; default 2 s. */
+  readonly leaderRenewEvery?: import("effect").Duration.DurationInput
+  /** How often the leader runs queue maintenance; default 1 minute. */
+  readonly maintenanceEvery?: import("effect").Duration.DurationInput
+  /** The waiters' safety-net poll; default 5 s. */
+  readonly fallbackPoll?: import("effect").Duration.DurationInput
+  /**
+   * Where the LISTEN connection connects, when not where the client does
+   * (e.g. the server itself while the pool goes through PgBouncer in
+   * transaction mode, which cannot LISTEN).
+   */
+  readonly listenUrl?: string | Redacted.Redacted
+  /** How often the LISTEN connection is checked with a heartbeat; default 5 s. */
+  readonly listenHeartbeat?: import("effect").Duration.DurationInput
+  /** A heartbeat slower than this marks the LISTEN connection dead (half-open) and reconnects; default 2 s. */
+  readonly listenHeartbeatTimeout?: import("effect").Duration.DurationInput
+  /**
+   * Which clock judges leases, backoff and boundaries. `"database"`
+   * (default): the host's clock corrected by its measured offset to the
+   * database server's, so every host agrees; it becomes the `Clock` of the
+   * program the layer is provided to. `"host"`: Effect's `Clock` as it is
+   * (tests on `TestClock` use this).
+   */
+  readonly clock?: "database" | "host"
+  /** How often the database clock's offset is re-measured; default 60 s. */
+  readonly clockResync?: import("effect").Duration.DurationInput
+}
+
+export interface ResolvedSettings extends EngineSettings {
+  readonly schema: string
+  readonly listenHeartbeatMillis: number
+  readonly listenHeartbeatTimeoutMillis: number
+  readonly clockResyncMillis: number
+}
+
+const schemaPattern = /^[a-z_][a-z0-9_]{0,47}$/
+
+export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedSettings, InvalidOptions> =>
+  Effect.gen(function*() {
+    const get = (field: keyof StoreSettings, fallback: number) =>
+      Effect.map(
+        optionalDurationMillis(field, options[field] as never, { positive: true }),
+        (millis) => millis ?? fallback
+      )
+    const schema = options.schema ?? "alkstore"
+    if (typeof schema !== "string" || !schemaPattern.test(schema)) {
+      return yield* new InvalidOptions({
+        field: "schema",
+        reason: "must match ^[a-z_][a-z0-9_]{0,47}$ (a plain, unquoted PostgreSQL identifier)"
+      })
+    }
+    if (options.clock !== undefined && options.clock !== "database" && options.clock !== "host") {
+      return yield* new InvalidOptions({ field: "clock", reason: `must be "database" or "host"` })
+    }
+    return {
+      schema,
+      deadRetentionMillis: yield* get("deadRetention", defaultSettings.deadRetentionMillis),
+      leaderTtlMillis: yield* get("leaderTtl", defaultSettings.leaderTtlMillis),
+      leaderRenewMillis: yield* get("leaderRenewEvery", defaultSettings.leaderRenewMillis),
+      maintenanceEveryMillis: yield* get("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
+      fallbackPollMillis: yield* get("fallbackPoll", defaultSettings.fallbackPollMillis),
+      listenHeartbeatMillis: yield* get("listenHeartbeat", 5_000),
+      listenHeartbeatTimeoutMillis: yield* get("listenHeartbeatTimeout", 2_000),
+      clockResyncMillis: yield* get("clockResync", 60_000)
+    }
+  })
+
+export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
+
+/** The LISTEN connection's settings, from the client's. */
+const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
+  if (listenUrl !== undefined) {
+    return { connectionString: Redacted.isRedacted(listenUrl) ? Redacted.value(listenUrl) : listenUrl }
+  }
+  return {
+    connectionString: config.url === undefined ? undefined : Redacted.value(config.url),
+    host: config.path ?? config.host,
+    port: config.port,
+    database: config.database,
+    user: config.username,
+    password: config.password === undefined ? undefined : Redacted.value(config.password),
+    ssl: config.ssl,
+    application_name: "alkstore-listen"
+  }
+}
+
+/** Wakes after the store's own transactions commit; an application's transaction wakes by its NOTIFY. */
+const makeSignal = (executor: PgExecutor, wake: EngineShape["wake"]): EngineShape["signal"] => {
+  const pending = new WeakMap<Array<() => void>, Map<string, number>>()
+  return (context, topic, count) => {
+    const open = executor.openTransaction(context)
+    if (open === "none") return wake.signal(topic, count)
+    if (open === "application") return
+    const hooks = executor.commitHooks(context)!
+    let counts = pending.get(hooks)
+    if (counts === undefined) {
+      const topics = new Map<string, number>()
+      counts = topics
+      pending.set(hooks, topics)
+      hooks.push(() => {
+        for (const [name, n] of topics) wake.signal(name, n)
+      })
+    }
+    counts.set(topic, (counts.get(topic) ?? 0) + count)
+  }
+}
+
+export interface Built {
+  readonly mechanisms: Context.Context<Mechanisms>
+  readonly clock: Clock.Clock | undefined
+}
+
+/** Migrates, then builds the engine and every mechanism over `client`. */
+export const buildMechanisms = (
+  client: PgClient.PgClient,
+  settings: ResolvedSettings,
+  options: StoreSettings
+): Effect.Effect<Built, SqlError | MigrationError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const instanceId = crypto.randomUUID()
+    const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""))
+    const { schema } = settings
+    yield* migrate(executor, schema)
+    const notifier = makeNotifier(schema)
+    const wake = makeWakeHub()
+    yield* startListener({
+      connection: listenConnection(client.config, options.listenUrl),
+      channel: notifier.channel,
+      wake,
+      heartbeatMillis: settings.listenHeartbeatMillis,
+      heartbeatTimeoutMillis: settings.listenHeartbeatTimeoutMillis
+    })
+    const engine: EngineShape = {
+      queues: makeQueueStorage(executor, schema, notifier),
+      locks: makeLockStorage(executor, schema, notifier),
+      schedules: makeScheduleStorage(executor, schema, notifier),
+      admin: makeAdminStorage(executor, schema),
+      transaction: executor.transaction,
+      signal: makeSignal(executor, wake),
+      wake,
+      instanceId,
+      settings
+    }
+    const build = <I, S>(tag: Context.Tag<I, S>, make: Effect.Effect<S, never, Engine>) =>
+      Effect.map(Effect.provideService(make, Engine, engine), (service) => Context.make(tag, service))
+    const queues = yield* build(Queues.Queues, Queues.make)
+    const locks = yield* build(Locks.Locks, Locks.make)
+    const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
+    const outbox = yield* build(Outbox.Outbox, Outbox.make)
+    const admin = yield* build(Admin.Admin, Admin.make)
+    const mechanisms = Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)).pipe(
+      Context.merge(admin),
+      Context.add(StoreActivity, { inFlight: executor.inFlight })
+    ) as Context.Context<Mechanisms>
+    if (options.clock === "host") return { mechanisms, clock: undefined }
+    const host = yield* Clock.clockWith(Effect.succeed)
+    const aligned = yield* makeDatabaseClock(executor, host, settings.clockResyncMillis)
+    return { mechanisms, clock: aligned.clock }
+  })
+
+/** The layer's context, and the aligned clock set for the program it is provided to. */
+const withClock = <E, R>(
+  built: Effect.Effect<{ readonly context: Context.Context<any>; readonly clock: Clock.Clock | undefined }, E, R | Scope.Scope>
+) =>
+  Layer.unwrapScoped(Effect.map(built, ({ clock, context }) => {
+    const provided = Layer.succeedContext(context)
+    return clock === undefined ? provided : Layer.merge(provided, Layer.setClock(clock))
+  }))
+
+export interface PgStoreOptions extends StoreSettings, PgClient.PgClientConfig {}
+
+export const layer = (
+  options: PgStoreOptions
+): Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =>
+  withClock(Effect.gen(function*() {
+    const settings = yield* resolveSettings(options)
+    const client = yield* PgClient.make(options)
+    const built = yield* buildMechanisms(client, settings, options)
+    return {
+      context: built.mechanisms.pipe(Context.add(SqlClient.SqlClient, client), Context.add(PgClient.PgClient, client)),
+      clock: built.clock
+    }
+  })).pipe(Layer.provide(Reactivity.layer)) as Layer.Layer<
+    Mechanisms | SqlClient.SqlClient | PgClient.PgClient,
+    SqlError | MigrationError | InvalidOptions
+  >
+
+export const layerFromClient = (
+  options: StoreSettings = {}
+): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> =>
+  withClock(Effect.gen(function*() {
+    const settings = yield* resolveSettings(options)
+    const client = yield* PgClient.PgClient
+    const built = yield* buildMechanisms(client, settings, options)
+    return { context: built.mechanisms, clock: built.clock }
+  })) as Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient>

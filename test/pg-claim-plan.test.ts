@@ -1,0 +1,89 @@
+/**
+ * The PostgreSQL claim stays on the partial indexes of due work: EXPLAIN
+ * (ANALYZE) of the statements a claim runs, over a table holding many dead,
+ * acked (deleted), future and other-queue rows, shows index scans only (no
+ * sequential scan of the jobs table) that visit no row they then discard.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { makeNotifier } from "../src/internal/pg/notify.js"
+import { queueStatements } from "../src/internal/pg/queueStorage.js"
+import { pgOwned, pgSchemaFor } from "./contract/harness.js"
+import { queueOf } from "./contract/support.js"
+
+interface PlanNode {
+  readonly "Node Type": string
+  readonly "Relation Name"?: string
+  readonly "Index Name"?: string
+  readonly "Actual Rows"?: number
+  readonly "Actual Loops"?: number
+  readonly "Rows Removed by Filter"?: number
+  readonly "Rows Removed by Index Recheck"?: number
+  readonly Plans?: ReadonlyArray<PlanNode>
+}
+
+const nodes = (node: PlanNode): Array<PlanNode> => [node, ...(node.Plans ?? []).flatMap(nodes)]
+
+class Rollback {
+  constructor(readonly plan: PlanNode) {}
+}
+
+describe("PostgreSQL claim plan", () => {
+  it.live("claims read the partial indexes of due work and never scan dead, acked or future rows", () => {
+    const filename = "pg-claim-plan"
+    const schema = pgSchemaFor(filename)
+    const sql = queueStatements(schema, makeNotifier(schema))
+    return Effect.gen(function*() {
+      const db = yield* SqlClient.SqlClient
+      const q = yield* queueOf("plan")
+      const other = yield* queueOf("plan-other")
+      const range = (n: number) => Array.from({ length: n }, (_, i) => i)
+      yield* q.enqueueBatch(range(3000), { delay: "1 hour" }) // future
+      yield* q.enqueueBatch(range(1000))
+      for (const handle of yield* q.claimBatch("w", 1000)) yield* handle.fail("x") // dead
+      yield* q.enqueueBatch(range(2000))
+      yield* q.ackAll(yield* q.claimBatch("w", 2000)) // acked (deleted)
+      yield* other.enqueueBatch(range(3000)) // another queue's due work
+      yield* q.enqueueBatch(range(30)) // what a claim should find
+      yield* q.claimBatch("w", 10) // claimed, lease not lapsed
+      yield* db.unsafe(`VACUUM ANALYZE ${schema}.__alkstore_jobs`)
+
+      const explain = (text: string, params: ReadonlyArray<unknown>) =>
+        db.withTransaction(Effect.gen(function*() {
+          const rows = yield* db.unsafe<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(
+            `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
+            params as Array<string>
+          )
+          const raw = rows[0]!["QUERY PLAN"]
+          const parsed = (typeof raw === "string" ? JSON.parse(raw) : raw) as Array<{ Plan: PlanNode }>
+          return yield* Effect.fail(new Rollback(parsed[0]!.Plan)) // EXPLAIN ANALYZE ran the write: undo it
+        })).pipe(Effect.catchIf((e): e is Rollback => e instanceof Rollback, (e) => Effect.succeed(e.plan)))
+
+      const now = Date.now()
+      const check = (plan: PlanNode, indexes: ReadonlyArray<string>, maxVisited: number) => {
+        const all = nodes(plan)
+        const text = JSON.stringify(plan, null, 1)
+        const onJobs = all.filter((n) => n["Relation Name"] === "__alkstore_jobs" && n["Node Type"].includes("Scan"))
+        expect(onJobs.length, text).toBeGreaterThan(0)
+        for (const node of onJobs) {
+          expect(node["Node Type"], text).not.toBe("Seq Scan")
+          expect(node["Node Type"], text).toMatch(/Index|Bitmap Heap/) // a bitmap heap scan reads what its index scan found
+          expect(node["Rows Removed by Index Recheck"] ?? 0, text).toBe(0)
+          // nothing read and then thrown away: dead, future and other rows are not in these indexes' ranges
+          expect(node["Rows Removed by Filter"] ?? 0, text).toBe(0)
+          expect((node["Actual Rows"] ?? 0) * (node["Actual Loops"] ?? 1), text).toBeLessThanOrEqual(maxVisited)
+        }
+        for (const index of indexes) expect(all.some((n) => n["Index Name"] === index), text).toBe(true)
+      }
+      for (const limit of [1, 5]) {
+        check(
+          yield* explain(sql.claim, [now, "w", "plan", limit]),
+          ["__alkstore_jobs_pending", "__alkstore_jobs_claimed", "__alkstore_jobs_scheduled", "__alkstore_jobs_pkey"],
+          limit
+        )
+      }
+      check(yield* explain(sql.anyClaimable, ["plan", now]), ["__alkstore_jobs_pending"], 1)
+    }).pipe(Effect.provide(pgOwned.store({ filename })))
+  })
+})

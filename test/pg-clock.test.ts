@@ -1,0 +1,74 @@
+/**
+ * One clock across hosts: a PostgreSQL store aligns the program's Clock with
+ * the database server's. A host whose clock runs 30 s ahead (a shifted Clock
+ * here) still stamps jobs and judges leases on the database's time.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, DateTime, Duration, Effect, Option, Redacted } from "effect"
+import { measureOffset } from "../src/internal/pg/clock.js"
+import { makeExecutor } from "../src/internal/pg/executor.js"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import { PgStore } from "../src/index.js"
+import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor } from "./contract/harness.js"
+import { queueOf } from "./contract/support.js"
+
+const live = Clock.make()
+const shifted = (millis: number): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => live.unsafeCurrentTimeMillis() + millis,
+  currentTimeMillis: Effect.sync(() => live.unsafeCurrentTimeMillis() + millis),
+  unsafeCurrentTimeNanos: () => live.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n,
+  currentTimeNanos: Effect.sync(() => live.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n),
+  sleep: (duration: Duration.Duration) => live.sleep(duration)
+})
+
+const databaseNow = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.map(
+    sql<{ now: number }>`SELECT (extract(epoch from clock_timestamp()) * 1000)::float8 AS now`,
+    (rows) => Number(rows[0]!.now)
+  ))
+
+describe("PostgreSQL clock", () => {
+  it.live("the offset to the database's clock is measured within half a round trip", () =>
+    Effect.gen(function*() {
+      const client = yield* PgClient.PgClient
+      const executor = yield* makeExecutor(client, "clocktest")
+      const plain = yield* measureOffset(executor, live)
+      const ahead = yield* measureOffset(executor, shifted(30_000))
+      expect(Math.abs(plain.offsetMillis)).toBeLessThan(plain.roundTripMillis / 2 + 5)
+      expect(Math.abs(ahead.offsetMillis + 30_000)).toBeLessThan(ahead.roundTripMillis / 2 + 5)
+    }).pipe(Effect.provide(pgOwned.store())))
+
+  it.live("a host 30 s ahead reads, stamps and leases on the database's time", () => {
+    const filename = freshFile("clock")
+    return Effect.gen(function*() {
+      const url = yield* Effect.promise(pgDatabaseUrl)
+      yield* Effect.gen(function*() {
+        const hostNow = live.unsafeCurrentTimeMillis() + 30_000
+        const now = yield* Clock.currentTimeMillis
+        const dbNow = yield* databaseNow
+        expect(Math.abs(now - dbNow)).toBeLessThan(500)
+        expect(hostNow - now).toBeGreaterThan(29_000)
+        const queue = yield* queueOf("clocked", { visibilityTimeout: "10 seconds" })
+        const id = yield* queue.enqueue({ n: 1 })
+        const handle = Option.getOrThrow(yield* queue.claim("w"))
+        expect(handle.job.id).toBe(id)
+        const dbAfter = yield* databaseNow
+        expect(Math.abs(DateTime.toEpochMillis(handle.job.createdAt) - dbAfter)).toBeLessThan(1_000)
+        const leaseEnd = DateTime.toEpochMillis(Option.getOrThrow(handle.job.claimedUntil))
+        expect(Math.abs(leaseEnd - (dbAfter + 10_000))).toBeLessThan(1_000)
+        // time never runs backwards
+        let last = 0
+        for (let i = 0; i < 1000; i++) {
+          const t = yield* Clock.currentTimeMillis
+          expect(t).toBeGreaterThanOrEqual(last)
+          last = t
+        }
+      }).pipe(
+        Effect.provide(PgStore.layer({ url: Redacted.make(url), schema: pgSchemaFor(filename), clock: "database" })),
+        Effect.withClock(shifted(30_000))
+      )
+    })
+  })
+})

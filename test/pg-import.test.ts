@@ -1,0 +1,75 @@
+/**
+ * Moving a deployment from SQLite to PostgreSQL: `PgStore.importSqlite`
+ * copies pending, scheduled, claimed and dead jobs, schedules (their phase)
+ * and lock rows (their fencing tokens), and the PostgreSQL store carries on
+ * from where the SQLite one stopped.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { DateTime, Effect, Layer, Option } from "effect"
+import { Locks, PgStore, Scheduler } from "../src/index.js"
+import { freshFile, pgOwned, pgSchemaFor, sqliteOwned } from "./contract/harness.js"
+import { advance, queueOf } from "./contract/support.js"
+
+describe("PgStore.importSqlite", () => {
+  it.effect("copies jobs of every state, schedules and lock tokens; the PostgreSQL store carries on", () => {
+    const sqliteFile = freshFile("to-import")
+    const target = freshFile("imported")
+    return Effect.gen(function*() {
+      // the SQLite deployment
+      const before = yield* Effect.gen(function*() {
+        const q = yield* queueOf("work")
+        const pending = yield* q.enqueue({ n: 1 }, { priority: 3, key: "k1" })
+        const scheduled = yield* q.enqueue({ n: 2 }, { delay: "1 hour" })
+        const dead = yield* q.enqueue({ n: 3 })
+        const claimedId = yield* q.enqueue({ n: 4 }, { priority: 9 })
+        const first = Option.getOrThrow(yield* q.claim("w"))
+        expect(first.job.id).toBe(claimedId)
+        const doomed = Option.getOrThrow(yield* q.claim("w"))
+        yield* doomed.fail("broken")
+        const locks = yield* Locks.Locks
+        for (const owner of ["a", "b", "c"]) {
+          const lock = Option.getOrThrow(yield* locks.acquire("nightly", { ttl: "1 second", owner }))
+          yield* lock.release
+        }
+        const schedule = yield* (yield* Scheduler.Scheduler).schedule("sweep", "@every 5m", "maintenance", { kind: "sweep" })
+        return { pending, scheduled, dead, claimedId, doomed: doomed.job.id, schedule, stats: yield* q.stats }
+      }).pipe(Effect.provide(sqliteOwned.store({ filename: sqliteFile })))
+      expect(before.doomed).toBe(before.pending)
+
+      const pg = pgOwned.store({ filename: target })
+      const context = yield* Layer.build(pg)
+      const result = yield* Effect.provide(
+        PgStore.importSqlite({ filename: sqliteFile, schema: pgSchemaFor(target) }),
+        context
+      )
+      expect(result).toEqual({ jobs: 4, schedules: 1, locks: 1 })
+      // a second import into the same store is refused (it is not empty)
+      const again = yield* Effect.flip(Effect.provide(PgStore.importSqlite({ filename: sqliteFile, schema: pgSchemaFor(target) }), context))
+      expect(again._tag).toBe("SqlError")
+
+      yield* Effect.gen(function*() {
+        const q = yield* queueOf("work")
+        const stats = yield* q.stats
+        expect({ ...stats, oldestPendingAge: undefined }).toEqual({ ...before.stats, oldestPendingAge: undefined })
+        const dead = yield* q.dead()
+        expect(dead.map((j) => [j.id, Option.getOrUndefined(j.lastError)])).toEqual([[before.doomed, "broken"]])
+        const job = Option.getOrThrow(yield* q.getJob(before.scheduled))
+        expect(job.payload).toEqual({ n: 2 })
+        expect(job.state).toBe("pending")
+        // the claimed job keeps its claim (its lease lapses and it is re-delivered with its attempt counted)
+        const claimed = Option.getOrThrow(yield* q.getJob(before.claimedId))
+        expect(claimed.state).toBe("claimed")
+        expect(claimed.attempts).toBe(1)
+        // the next job gets a fresh id after every imported one
+        expect(yield* q.enqueue({ n: 5 })).toBeGreaterThan(before.claimedId)
+        // the lock's next tenure continues the fencing tokens
+        const lock = Option.getOrThrow(yield* (yield* Locks.Locks).acquire("nightly", { ttl: "1 second", owner: "d" }))
+        expect(lock.token).toBe(4)
+        // the schedule keeps its phase
+        yield* advance("5 minutes")
+        const nextFire = yield* (yield* Scheduler.Scheduler).schedule("sweep", "@every 5m", "maintenance", { kind: "sweep" })
+        expect(DateTime.toEpochMillis(nextFire.nextFireAt)).toBe(DateTime.toEpochMillis(before.schedule.nextFireAt))
+      }).pipe(Effect.provide(context))
+    }).pipe(Effect.scoped)
+  })
+})
