@@ -29,3 +29,10 @@ export const causeText = <E>(cause: Cause.Cause<E>): string => {
   const failure = Cause.failureOption(cause)
   return failure._tag === "Some" ? failureText(failure.value) : Cause.pretty(cause)
 }
+
+/**
+ * Error text as storage can keep it on every engine: PostgreSQL's text holds
+ * no U+0000, so a NUL becomes U+FFFD (the replacement character) — a
+ * `lastError` is read by people, never compared.
+ */
+export const storableText = (text: string): string => (text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text)

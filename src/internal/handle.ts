@@ -5,7 +5,7 @@ import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
-import { causeText, failureText } from "./errorText.js"
+import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
@@ -99,7 +99,7 @@ export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.
 export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
 
 const errorText = (error: unknown): string | undefined =>
-  error === undefined ? undefined : typeof error === "string" ? error : failureText(error)
+  error === undefined ? undefined : storableText(typeof error === "string" ? error : failureText(error))
 
 /** A handle with its fence and row, for the queue's own fused and batch operations. */
 export interface ClaimHandle<A> extends Q.JobHandle<A> {

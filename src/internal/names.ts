@@ -25,11 +25,30 @@ export const isWellFormed: (text: string) => boolean = nativeIsWellFormed !== un
 /** The reason a string the store keeps and compares is refused when it is not well-formed. */
 export const notWellFormedReason = "must be well-formed UTF-16 (it has a lone surrogate, which storage cannot keep)"
 
+/**
+ * The longest name, key, worker id or owner the store keeps, in UTF-8 bytes.
+ * PostgreSQL cannot index a B-tree entry over about 2 700 bytes (a third of a
+ * page), and names and keys are indexed together (`queue`, `idempotency_key`);
+ * SQLite has no such limit, but both engines must accept the same input.
+ */
+export const maxTextBytes = 1000
+
+/** Whether `text` fits in `maxTextBytes` (no encoding for short strings: 3 bytes per UTF-16 unit at most). */
+export const fitsStorage = (text: string): boolean =>
+  text.length * 3 <= maxTextBytes || Buffer.byteLength(text, "utf8") <= maxTextBytes
+
+export const tooLongReason = `must be at most ${maxTextBytes} bytes in UTF-8`
+
+/** PostgreSQL's text cannot hold U+0000; both engines must accept the same input, so neither takes it. */
+export const nulReason = "must not contain NUL (U+0000), which PostgreSQL text cannot hold"
+
 /** The namespace rule shared by queue, lock, schedule and outbox names (CONTRACT §2). */
 export const checkName = (name: string): InvalidName | ReservedName | undefined => {
   if (typeof name !== "string") return new InvalidName({ name: String(name), reason: "must be a string" })
   if (name.length === 0) return new InvalidName({ name, reason: "must not be empty" })
   if (!isWellFormed(name)) return new InvalidName({ name, reason: notWellFormedReason })
+  if (!fitsStorage(name)) return new InvalidName({ name, reason: tooLongReason })
+  if (name.includes("\u0000")) return new InvalidName({ name, reason: nulReason })
   if (name.startsWith(reservedPrefix)) return new ReservedName({ name })
   return undefined
 }

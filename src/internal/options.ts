@@ -10,7 +10,7 @@ import {
   type InstantInput,
   isInvalid
 } from "./duration.js"
-import { isWellFormed, notWellFormedReason } from "./names.js"
+import { fitsStorage, isWellFormed, notWellFormedReason, nulReason, tooLongReason } from "./names.js"
 
 /** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
 export const queueDefaults: Stamp = {
@@ -73,7 +73,9 @@ export const checkText = (field: string, value: string): InvalidOptions | undefi
   if (typeof value !== "string" || value.length === 0) {
     return new InvalidOptions({ field, reason: "must be a non-empty string" })
   }
-  return isWellFormed(value) ? undefined : new InvalidOptions({ field, reason: notWellFormedReason })
+  if (!isWellFormed(value)) return new InvalidOptions({ field, reason: notWellFormedReason })
+  if (!fitsStorage(value)) return new InvalidOptions({ field, reason: tooLongReason })
+  return value.includes("\u0000") ? new InvalidOptions({ field, reason: nulReason }) : undefined
 }
 
 export const validateText = (field: string, value: string): Effect.Effect<string, InvalidOptions> => {

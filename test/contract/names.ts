@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option, Stream } from "effect"
 import { Locks, Outbox, Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
-import { jobCount, lockCount, mustClaim, queueOf, type StoreServices } from "./support.js"
+import { jobCount, lockCount, mustClaim, mustGet, queueOf, type StoreServices } from "./support.js"
 
 const loneHigh = "jobs-\uD800"
 const loneLow = "\uDC00-jobs"
@@ -91,6 +91,55 @@ export const namesContract = (engine: EngineUnderTest) =>
         // nothing was claimed
         expect((yield* q.stats).pending).toBe(1)
         expect((yield* outbox.stats).pending).toBe(1)
+      })))
+
+    it.effect("names, keys, worker ids and owners up to 1000 UTF-8 bytes are kept; one byte more, or a NUL, is refused, nothing written", () =>
+      run(Effect.gen(function*() {
+        const queues = yield* Queues.Queues
+        const locks = yield* Locks.Locks
+        const scheduler = yield* Scheduler.Scheduler
+        const outboxes = yield* Outbox.Outbox
+        // 250 four-byte characters: exactly 1000 bytes, 500 UTF-16 units.
+        const longest = "\u{1F4EC}".repeat(250)
+        for (const tooLong of ["a".repeat(1001), `${longest}x`, "\u{1F4EC}".repeat(100_000), "nul-\u0000-name", "\u0000"]) {
+          const invalid = { _tag: "InvalidName", name: tooLong }
+          expect(yield* Effect.flip(queues.queue(tooLong))).toMatchObject(invalid)
+          expect(yield* Effect.flip(locks.acquire(tooLong, { ttl: "1 minute" }))).toMatchObject(invalid)
+          expect(yield* Effect.flip(scheduler.schedule(tooLong, "@every 1s", "target", {}))).toMatchObject(invalid)
+          expect(yield* Effect.flip(scheduler.schedule("tick", "@every 1s", tooLong, {}))).toMatchObject(invalid)
+          expect(yield* Effect.flip(outboxes.outbox(tooLong))).toMatchObject(invalid)
+          const q = yield* queueOf("q")
+          expect(yield* Effect.flip(q.enqueue("x", { key: tooLong }))).toMatchObject({ field: "key" })
+          expect(yield* Effect.flip(q.claim(tooLong))).toMatchObject({ field: "workerId" })
+          expect(yield* Effect.flip(locks.acquire("l", { ttl: "1 minute", owner: tooLong }))).toMatchObject({ field: "owner" })
+        }
+        yield* nothingWritten
+
+        const q = yield* queueOf(longest)
+        const id = yield* q.enqueue("x", { key: longest })
+        expect(yield* q.enqueue("y", { key: longest })).toBe(id)
+        const handle = yield* mustClaim(q, longest)
+        expect(handle.job.queue).toBe(longest)
+        expect(yield* q.ackAll([handle])).toEqual([true])
+        const lock = Option.getOrThrow(yield* locks.acquire(longest, { ttl: "1 minute", owner: longest }))
+        expect(lock).toMatchObject({ name: longest, owner: longest })
+        const registered = yield* scheduler.schedule(longest, "@every 1s", longest, {})
+        expect(registered).toMatchObject({ name: longest, queue: longest })
+        const outbox = yield* outboxes.outbox(longest)
+        yield* outbox.enqueue("hook", { key: longest })
+        expect((yield* outbox.stats).pending).toBe(1)
+      })))
+
+    it.effect("error text with a NUL is kept with U+FFFD in its place (retry with a string or an error, fail), never a SqlError", () =>
+      run(Effect.gen(function*() {
+        const q = yield* queueOf("errors", { maxAttempts: 5 })
+        const id = yield* q.enqueue("x")
+        expect(yield* (yield* mustClaim(q, "w")).retry("bad\u0000byte", 0)).toBe("retried")
+        expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("bad\uFFFDbyte")
+        expect(yield* (yield* mustClaim(q, "w")).retry(new Error("boom\u0000"), 0)).toBe("retried")
+        expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("boom\uFFFD")
+        expect(yield* (yield* mustClaim(q, "w")).fail("dead\u0000")).toBe(true)
+        expect(Option.getOrUndefined((yield* mustGet(q, id)).lastError)).toBe("dead\uFFFD")
       })))
 
     it.effect("a well-formed non-BMP name round-trips everywhere, and ackAll takes its queue's own handles", () =>

@@ -30,10 +30,12 @@ export const anyString: fc.Arbitrary<string> = fc.oneof(
 /** No lone surrogate (`String.prototype.isWellFormed`, which the ES2022 typings lack). */
 export const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed: () => boolean }).isWellFormed()
 
-/** What the contract says of a name: non-empty, well-formed UTF-16, outside the reserved prefix. */
+/** What the contract says of a name: non-empty, well-formed UTF-16, no NUL, at most 1000 UTF-8 bytes, outside the reserved prefix. */
 export const expectedNameError = (name: string): ReadonlyArray<string> | undefined => {
   const errors: Array<string> = []
-  if (name.length === 0 || !isWellFormed(name)) errors.push("InvalidName")
+  if (name.length === 0 || !isWellFormed(name) || Buffer.byteLength(name, "utf8") > 1000 || name.includes("\u0000")) {
+    errors.push("InvalidName")
+  }
   if (name.startsWith(reservedPrefix)) errors.push("ReservedName")
   return errors.length === 0 ? undefined : errors
 }
