@@ -7,7 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Option, TestClock } from "effect"
 import { Queues } from "../../src/index.js"
-import { claimStatements } from "../../src/internal/sqlite/queueStorage.js"
+import { claimStatements } from "../../src/internal/sqlite/queueStatements.js"
 import type { EngineUnderTest } from "./harness.js"
 import {
   claimsNothing,

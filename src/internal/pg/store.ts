@@ -5,15 +5,11 @@ import { SqlError } from "@effect/sql/SqlError"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
 import type Pg from "pg"
-import * as Admin from "../../Admin.js"
-import * as Locks from "../../Locks.js"
-import * as Outbox from "../../Outbox.js"
-import * as Queues from "../../Queues.js"
-import * as Scheduler from "../../Scheduler.js"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
 import { optionalDurationMillis } from "../duration.js"
-import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
+import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
 import { makeDatabaseClock } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
@@ -100,7 +96,7 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     }
   })
 
-export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
+export type { Mechanisms }
 
 /** The LISTEN connection's settings, from the client's. */
 const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
@@ -176,17 +172,9 @@ export const buildMechanisms = (
       instanceId,
       settings
     }
-    const build = <I, S>(tag: Context.Tag<I, S>, make: Effect.Effect<S, never, Engine>) =>
-      Effect.map(Effect.provideService(make, Engine, engine), (service) => Context.make(tag, service))
-    const queues = yield* build(Queues.Queues, Queues.make)
-    const locks = yield* build(Locks.Locks, Locks.make)
-    const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
-    const outbox = yield* build(Outbox.Outbox, Outbox.make)
-    const admin = yield* build(Admin.Admin, Admin.make)
-    const mechanisms = Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)).pipe(
-      Context.merge(admin),
-      Context.add(StoreActivity, { inFlight: executor.inFlight })
-    ) as Context.Context<Mechanisms>
+    const mechanisms = Context.add(yield* makeMechanisms(engine), StoreActivity, { inFlight: executor.inFlight }) as Context.Context<
+      Mechanisms
+    >
     if (options.clock === "host") return { mechanisms, clock: undefined }
     const host = yield* Clock.clockWith(Effect.succeed)
     const aligned = yield* makeDatabaseClock(executor, host, settings.clockResyncMillis)

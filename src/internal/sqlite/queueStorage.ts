@@ -3,212 +3,22 @@ import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
-
-/**
- * What a claim writes: SET expressions all read the row as it was, so one
- * CASE per column either claims it or, when the candidate has expired or
- * spent its attempts, moves it to dead. `?1` is now, `?2` the worker.
- */
-const claimSet = `UPDATE __alkstore_jobs SET
-  state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
-  last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
-    WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
-  died_at = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN ?1 ELSE NULL END,
-  claimed_until = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL
-    ELSE ?1 + visibility_timeout END,
-  worker_id = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN NULL ELSE ?2 END,
-  attempts = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN attempts
-    ELSE attempts + 1 END,
-  claim_token = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN claim_token
-    ELSE claim_token + 1 END`
-
-/**
- * The best `limit` claimable ids of queue `?3` in claim order: due pending
- * rows from their index and, when `lapsed`, claimed rows whose lease lapsed.
- * Most claims find no lapsed lease (a read tells), and the pending side alone
- * costs a third less than the union.
- */
-const candidates = (limit: string, lapsed: boolean) =>
-  lapsed
-    ? `
-  SELECT id FROM (
-    SELECT id, priority, run_at FROM (
-      SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
-      ORDER BY priority DESC, run_at, id LIMIT ${limit})
-    UNION ALL
-    SELECT id, priority, run_at FROM (
-      SELECT id, priority, run_at FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
-      ORDER BY priority DESC, run_at, id LIMIT ${limit})
-    ORDER BY priority DESC, run_at, id LIMIT ${limit})`
-    : `
-  SELECT id FROM __alkstore_jobs WHERE queue = ?3 AND state = 'pending'
-  ORDER BY priority DESC, run_at, id LIMIT ${limit}`
-
-/**
- * When a live job counts as expired at `?1` and is swept to dead: its expiry
- * passed and it is not a claim in flight (pending, scheduled, or claimed with
- * a lapsed lease). Maintenance, a keyed insert meeting the key's holder, and
- * `requeueDead` meeting it all use this one rule, so an expired job never
- * holds its key, while a worker that is on it keeps it until its lease ends.
- */
-const expiredAt = `expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dead'
-      AND (state <> 'claimed' OR claimed_until <= ?1)`
-const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
-      claimed_until = NULL, worker_id = NULL`
-
-/**
- * The columns a claim returns: a `JobRow`, in this order (`rowOf` reads them
- * by position on the owned connection). Not `*`: the idempotency key is
- * nobody's business after a claim.
- */
-const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
-  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at`
-
-const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
-  id: v[0] as number,
-  queue: v[1] as string,
-  payload: v[2] as string,
-  state: v[3] as JobRow["state"],
-  priority: v[4] as number,
-  run_at: v[5] as number,
-  attempts: v[6] as number,
-  max_attempts: v[7] as number,
-  visibility_timeout: v[8] as number,
-  backoff_base: v[9] as number,
-  expires_at: v[10] as number | null,
-  claimed_until: v[11] as number | null,
-  worker_id: v[12] as string | null,
-  claim_token: v[13] as number,
-  created_at: v[14] as number,
-  last_error: v[15] as string | null,
-  died_at: v[16] as number | null
-})
-
-/** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
-const sql = {
-  insert: `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  // With a key, a live job holding it wins: nothing is written and its id is looked up
-  // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
-  insertKeyed: `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT DO NOTHING`,
-  liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
-  // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
-  expireKeyHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = ?3 AND ${expiredAt}`,
-  // What a claim must do first: promote due scheduled rows into the claim
-  // index (the read keeps idle claims write-free), and whether lapsed leases
-  // compete with the pending rows. `?1` is the queue, `?2` now.
-  readiness: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
-      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed`,
-  promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
-  // One statement claims the best candidate (pending, or claimed with a lapsed
-  // lease), or moves it to dead when it meets it expired or spent. The
-  // single-row form (`id = (…)`) matters outside a batch: `id IN (…)` makes
-  // SQLite two-pass the update with a statement journal.
-  claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${jobColumns}`,
-  claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${jobColumns}`,
-  // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
-  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${jobColumns}`,
-  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${jobColumns}`,
-  anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
-      OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
-      OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,
-  // Scalar min() is NULL if any argument is: take the smaller non-null one.
-  nextDeadline: `SELECT (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at > ?2) AS a,
-      (SELECT min(claimed_until) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) AS b`,
-  ack: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
-  retry: `UPDATE __alkstore_jobs
-    SET state = CASE WHEN ? > ? THEN 'scheduled' ELSE 'pending' END, run_at = ?,
-      last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
-  bury: `UPDATE __alkstore_jobs
-    SET state = 'dead', died_at = ?, last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
-  heartbeat: `UPDATE __alkstore_jobs SET claimed_until = ?
-    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
-  // Release gives the attempt back and keeps the job's place in line (its runAt is already due).
-  release: `UPDATE __alkstore_jobs
-    SET state = 'pending', attempts = max(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
-    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
-  get: `SELECT * FROM __alkstore_jobs WHERE id = ? AND queue = ?`,
-  cancel: `DELETE FROM __alkstore_jobs WHERE id = ? AND queue = ? AND state <> 'dead'`,
-  stats: `SELECT
-      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS pending,
-      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due_scheduled,
-      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at > ?2) AS scheduled,
-      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed') AS claimed,
-      (SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'dead') AS dead,
-      (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'pending') AS oldest_pending,
-      (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS oldest_due`,
-  dead: `SELECT * FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?`,
-  // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
-  // unless that holder has expired: `?1` now, `?2` the queue, `?3` the dead job's id.
-  requeueExpireHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = (
-      SELECT idempotency_key FROM __alkstore_jobs WHERE id = ?3 AND queue = ?2 AND state = 'dead')
-      AND ${expiredAt}`,
-  // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
-  requeueDead: `UPDATE __alkstore_jobs
-    SET state = 'pending', run_at = ?1, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
-      expires_at = NULL
-    WHERE id = ?3 AND queue = ?2 AND state = 'dead'
-      AND (idempotency_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
-          AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))`,
-  purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
-  purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
-  expire: `${sweepExpired} WHERE ${expiredAt}`,
-  purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
-} as const
-
-/**
- * `?N` parameters are not bound by number in better-sqlite3, so statements
- * written with `?N` for readability are rewritten to plain `?` once, with a
- * map from position to argument.
- */
-const numbered = (text: string) => {
-  const order: Array<number> = []
-  const rewritten = text.replace(/\?(\d+)/g, (_, n: string) => {
-    order.push(Number(n) - 1)
-    return "?"
-  })
-  return {
-    text: rewritten,
-    bind: (args: ReadonlyArray<string | number | null>) => order.map((i) => args[i] ?? null)
-  }
-}
-
-const readinessSql = numbered(sql.readiness)
-const claimSql = { lapsed: numbered(sql.claim), pending: numbered(sql.claimPending) }
-const claimManySql = { lapsed: numbered(sql.claimMany), pending: numbered(sql.claimManyPending) }
-
-/**
- * The statements a claim runs, exported for the query-plan test (the claim
- * must stay on its partial indexes). The claims bind `[now, workerId, queue]`,
- * the batch claims `[now, workerId, queue, limit]`, the other two `[queue, now]`.
- */
-export const claimStatements = {
-  readiness: readinessSql,
-  promoteDue: sql.promoteDue,
-  claim: claimSql.lapsed,
-  claimPending: claimSql.pending,
-  claimMany: claimManySql.lapsed,
-  claimManyPending: claimManySql.pending
-} as const
-const statsSql = numbered(sql.stats)
-const nextDeadlineSql = numbered(sql.nextDeadline)
-
-const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
-
-const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
-const expireSql = numbered(sql.expire)
-const expireKeyHolderSql = numbered(sql.expireKeyHolder)
-const requeueExpireHolderSql = numbered(sql.requeueExpireHolder)
-const requeueDeadSql = numbered(sql.requeueDead)
+import {
+  candidates,
+  claimManySql,
+  claimOrder,
+  claimSql,
+  expireKeyHolderSql,
+  expireSql,
+  minOf,
+  nextDeadlineSql,
+  readinessSql,
+  requeueDeadSql,
+  requeueExpireHolderSql,
+  rowOf,
+  sql,
+  statsSql
+} from "./queueStatements.js"
 
 const jobParams = (job: NewJob) => [
   job.queue,

@@ -4,14 +4,10 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as path from "node:path"
-import * as Admin from "../../Admin.js"
-import * as Locks from "../../Locks.js"
-import * as Outbox from "../../Outbox.js"
-import * as Queues from "../../Queues.js"
-import * as Scheduler from "../../Scheduler.js"
 import { DatabaseReplaced, type InvalidOptions } from "../../StoreError.js"
 import { optionalDurationMillis } from "../duration.js"
-import { defaultSettings, Engine, type EngineSettings, type EngineShape } from "../engine.js"
+import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub, type WakeHub } from "../wake.js"
 import { makeOwnedConnection } from "./connection.js"
 import { type Executor, fromClient } from "./executor.js"
@@ -79,7 +75,7 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     }
   })
 
-export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
+export type { Mechanisms }
 
 /**
  * Migrates, then builds the engine and every mechanism over `executor`.
@@ -121,14 +117,7 @@ export const buildMechanisms = (
       instanceId: crypto.randomUUID(),
       settings
     }
-    const build = <I, S>(tag: Context.Tag<I, S>, make: Effect.Effect<S, never, Engine>) =>
-      Effect.map(Effect.provideService(make, Engine, engine), (service) => Context.make(tag, service))
-    const queues = yield* build(Queues.Queues, Queues.make)
-    const locks = yield* build(Locks.Locks, Locks.make)
-    const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
-    const outbox = yield* build(Outbox.Outbox, Outbox.make)
-    const admin = yield* build(Admin.Admin, Admin.make)
-    return Context.merge(Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)), admin)
+    return yield* makeMechanisms(engine)
   })
 
 export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {
