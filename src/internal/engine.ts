@@ -37,6 +37,26 @@ export interface NewJob extends ResolvedEnqueue {
   readonly createdAt: number
 }
 
+/**
+ * A new job's values in the column order every engine's insert lists them:
+ * queue, payload, state, priority, run_at, max_attempts, visibility_timeout,
+ * backoff_base, expires_at, idempotency_key, created_at. A job due later is
+ * stored `scheduled`, outside the claim index.
+ */
+export const newJobValues = (job: NewJob): Array<string | number | null> => [
+  job.queue,
+  job.payload,
+  job.runAt > job.createdAt ? "scheduled" : "pending",
+  job.priority,
+  job.runAt,
+  job.maxAttempts,
+  job.visibilityTimeoutMillis,
+  job.backoffBaseMillis,
+  job.expiresAt ?? null,
+  job.key ?? null,
+  job.createdAt
+]
+
 export interface StatsRow {
   readonly pending: number
   readonly scheduled: number
@@ -167,6 +187,25 @@ export interface NewSchedule {
   readonly maxAttempts: number
   readonly expiresMillis: number | undefined
 }
+
+/**
+ * A schedule's values in the column order every engine's upsert lists them:
+ * name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms,
+ * next_fire_at (the first boundary: now + interval), created_at, updated_at.
+ */
+export const newScheduleValues = (s: NewSchedule, now: number): Array<string | number | null> => [
+  s.name,
+  s.spec,
+  s.intervalMillis,
+  s.queue,
+  s.payload,
+  s.priority,
+  s.maxAttempts,
+  s.expiresMillis ?? null,
+  now + s.intervalMillis,
+  now,
+  now
+]
 
 export interface ScheduleStorage {
   /** Upsert by name; the same spec keeps `next_fire_at`, a new one restarts it at `now + interval`. */

@@ -1,6 +1,6 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
-import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
+import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, type StatsRow } from "../engine.js"
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
@@ -151,20 +151,6 @@ export const queueStatements = (s: string, n: Notifier) => {
 
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
-const jobParams = (job: NewJob): Array<Param> => [
-  job.queue,
-  job.payload,
-  job.runAt > job.createdAt ? "scheduled" : "pending",
-  job.priority,
-  job.runAt,
-  job.maxAttempts,
-  job.visibilityTimeoutMillis,
-  job.backoffBaseMillis,
-  job.expiresAt ?? null,
-  job.key ?? null,
-  job.createdAt
-]
-
 export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notifier): QueueStorage => {
   const sql = queueStatements(schema, notifier)
   const ids = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
@@ -179,7 +165,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.gen(function*() {
       while (true) {
-        const inserted = yield* ids(db.all(sql.insertKeyed, [...jobParams(job), ...notifier.params]))
+        const inserted = yield* ids(db.all(sql.insertKeyed, [...newJobValues(job), ...notifier.params]))
         if (inserted.length > 0) return inserted[0]!
         const swept = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
         if (swept.length > 0) continue
@@ -190,7 +176,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
 
   const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
     job.key === undefined
-      ? Effect.map(ids(db.all(sql.insert, [...jobParams(job), ...notifier.params])), (r) => r[0]!)
+      ? Effect.map(ids(db.all(sql.insert, [...newJobValues(job), ...notifier.params])), (r) => r[0]!)
       : insertKeyed(job)
 
   const insertMany = (jobs: ReadonlyArray<NewJob>) => {

@@ -1,5 +1,5 @@
 import { Effect, Option } from "effect"
-import type { ScheduleStorage } from "../engine.js"
+import { newScheduleValues, type ScheduleStorage } from "../engine.js"
 import { registrationsTopic } from "../scheduler.js"
 import type { PgExecutor } from "./executor.js"
 import type { Notifier } from "./notify.js"
@@ -46,17 +46,7 @@ export const makeScheduleStorage = (db: PgExecutor, schema: string, notifier: No
       Effect.map(
         decoded(
           db.all(sql.upsert, [
-            s.name,
-            s.spec,
-            s.intervalMillis,
-            s.queue,
-            s.payload,
-            s.priority,
-            s.maxAttempts,
-            s.expiresMillis ?? null,
-            now + s.intervalMillis,
-            now,
-            now,
+            ...newScheduleValues(s, now),
             ...notifier.params,
             registrationsTopic
           ]),

@@ -1,10 +1,9 @@
 import { Effect, Option } from "effect"
-import type { Fence, JobRow, NewJob, QueueStorage, StatsRow } from "../engine.js"
+import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, type StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
 import {
-  candidates,
   claimManySql,
   claimOrder,
   claimSql,
@@ -19,20 +18,6 @@ import {
   sql,
   statsSql
 } from "./queueStatements.js"
-
-const jobParams = (job: NewJob) => [
-  job.queue,
-  job.payload,
-  job.runAt > job.createdAt ? "scheduled" : "pending",
-  job.priority,
-  job.runAt,
-  job.maxAttempts,
-  job.visibilityTimeoutMillis,
-  job.backoffBaseMillis,
-  job.expiresAt ?? null,
-  job.key ?? null,
-  job.createdAt
-]
 
 /**
  * Keeps the claimed rows of one claim round; whether another round is due
@@ -52,7 +37,7 @@ const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.crea
  * else its id is the answer. Inside the caller's transaction throughout.
  */
 const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
-  const params = jobParams(job)
+  const params = newJobValues(job)
   const result = c.run(sql.insertKeyed, params)
   if (result.changes > 0) return Number(result.lastInsertRowid)
   if (c.run(expireKeyHolderSql.text, expireKeyHolderParams(job)).changes > 0) {
@@ -62,7 +47,7 @@ const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
 }
 
 const insertNow = (c: DirectConnection, job: NewJob): number =>
-  job.key === undefined ? Number(c.run(sql.insert, jobParams(job)).lastInsertRowid) : insertKeyedNow(c, job)
+  job.key === undefined ? Number(c.run(sql.insert, newJobValues(job)).lastInsertRowid) : insertKeyedNow(c, job)
 
 /**
  * Jobs without keys go in as multi-row INSERTs of up to `INSERT_ROWS` rows:
@@ -143,7 +128,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   // `insertKeyedNow` as effects (run inside a transaction).
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.gen(function*() {
-      const params = jobParams(job)
+      const params = newJobValues(job)
       const result = yield* db.run(sql.insertKeyed, params)
       if (result.changes > 0) return Number(result.lastInsertRowid)
       if ((yield* db.run(expireKeyHolderSql.text, expireKeyHolderParams(job))).changes > 0) {
@@ -155,14 +140,14 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   // One job without a key is one statement; a key needs its lookup in the same transaction.
   const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
     job.key === undefined
-      ? Effect.map(db.run(sql.insert, jobParams(job)), (r) => Number(r.lastInsertRowid))
+      ? Effect.map(db.run(sql.insert, newJobValues(job)), (r) => Number(r.lastInsertRowid))
       : db.transaction(insertKeyed(job))
 
   const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
     if (jobs.length === 1) return Effect.map(insertOne(jobs[0]!), (id) => [id])
     if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
     return db.transaction(
-      Effect.map(db.runEach(sql.insert, jobs.map(jobParams)), (results) => results.map((r) => Number(r.lastInsertRowid)))
+      Effect.map(db.runEach(sql.insert, jobs.map(newJobValues)), (results) => results.map((r) => Number(r.lastInsertRowid)))
     )
   }
 

@@ -1,5 +1,5 @@
 import { Effect, Option } from "effect"
-import type { ScheduleRow, ScheduleStorage } from "../engine.js"
+import { newScheduleValues, type ScheduleRow, type ScheduleStorage } from "../engine.js"
 import type { Executor } from "./executor.js"
 
 /**
@@ -32,19 +32,7 @@ const sql = {
 export const makeScheduleStorage = (db: Executor): ScheduleStorage => ({
   upsert: (s, now) =>
     Effect.map(
-      db.all<ScheduleRow>(sql.upsert, [
-        s.name,
-        s.spec,
-        s.intervalMillis,
-        s.queue,
-        s.payload,
-        s.priority,
-        s.maxAttempts,
-        s.expiresMillis ?? null,
-        now + s.intervalMillis,
-        now,
-        now
-      ]),
+      db.all<ScheduleRow>(sql.upsert, newScheduleValues(s, now)),
       (rows) => rows[0]!
     ),
   remove: (name) => Effect.map(db.all(sql.remove, [name]), (rows) => rows.length > 0),
