@@ -1,9 +1,9 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import { Clock, DateTime, Effect, Option } from "effect"
 import type * as A from "../Admin.js"
 import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
-import { toJob } from "./handle.js"
+import { oldestPendingAge, toJob } from "./handle.js"
 import { queueDefaults } from "./options.js"
 import { isWellFormed, notWellFormedReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
@@ -98,9 +98,7 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
           scheduled: row.scheduled,
           claimed: row.claimed,
           dead: row.dead,
-          oldestPendingAge: row.oldest_pending_run_at === null
-            ? Option.none()
-            : Option.some(Duration.millis(Math.max(0, at - row.oldest_pending_run_at)))
+          oldestPendingAge: oldestPendingAge(at, row.oldest_pending_run_at)
         })
       }
       // A queue a schedule feeds is worth seeing before its first job.

@@ -76,6 +76,10 @@ class JobView<A> implements Q.Job<A> {
  * only because names are well-formed (checked at every entry point), so it
  * is the same string that was written.
  */
+/** `now − runAt` of the oldest due pending job, as `stats` reports it (never negative). */
+export const oldestPendingAge = (at: number, oldestRunAt: number | null): Option.Option<Duration.Duration> =>
+  oldestRunAt === null ? Option.none() : Option.some(Duration.millis(Math.max(0, at - oldestRunAt)))
+
 export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> => ({
   id: row.id,
   queue,

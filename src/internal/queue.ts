@@ -17,7 +17,7 @@ import {
   type Stamp,
   validateText
 } from "./options.js"
-import { type ClaimHandle, makeHandles, settle, storedJob } from "./handle.js"
+import { type ClaimHandle, makeHandles, oldestPendingAge, settle, storedJob } from "./handle.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import type { WakeReason } from "./wake.js"
 
@@ -313,9 +313,7 @@ export const makeQueue = <A>(
         scheduled: row.scheduled,
         claimed: row.claimed,
         dead: row.dead,
-        oldestPendingAge: row.oldestPendingRunAt === null
-          ? Option.none()
-          : Option.some(Duration.millis(Math.max(0, at - row.oldestPendingRunAt)))
+        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt)
       }
     }),
     dead: (opts) =>
