@@ -4,6 +4,7 @@
  * database, as Effect services.
  */
 export * as Admin from "./Admin.js"
+export * as EffectStores from "./EffectStores.js"
 export * as Locks from "./Locks.js"
 export * as Outbox from "./Outbox.js"
 export * as PgStore from "./PgStore.js"

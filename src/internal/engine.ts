@@ -266,6 +266,58 @@ export interface AdminStorage {
   readonly migrations: Effect.Effect<ReadonlyArray<string>, SqlError>
 }
 
+/**
+ * What the store of `@effect/experimental`'s `PersistedQueue` needs that the
+ * queue mechanism lacks (src/internal/effectStores/persistedQueue.ts).
+ */
+export interface PersistedQueueStorage {
+  /**
+   * Records a `PersistedQueue` element id for good: `true` the first time,
+   * `false` ever after (an id offered once is never enqueued again, even
+   * once processed, as `@effect/sql`'s store keeps it). One statement.
+   */
+  readonly rememberId: (id: string, queue: string, now: number) => Effect.Effect<boolean, SqlError>
+}
+
+/**
+ * The store of `@effect/experimental`'s `RateLimiter`
+ * (src/internal/effectStores/rateLimiter.ts). Each operation is one
+ * statement, atomic across processes on every engine; the rules are those
+ * of Effect's in-memory store, in the same double arithmetic (the contract
+ * tests use it as the oracle).
+ */
+export interface RateLimiterStorage {
+  /**
+   * The fixed-window counter of `key` after taking `tokens`: a counter whose
+   * `expires_at` has passed starts again at 0 from `now`; taking adds
+   * `tokens` and pushes `expires_at` by `refillMillis × tokens`, unless
+   * `limit` is given and would be passed, when nothing is taken. Returns the
+   * count (with `tokens`, taken or not) and the stored `expires_at`.
+   */
+  readonly fixedWindow: (input: {
+    readonly key: string
+    readonly tokens: number
+    readonly refillMillis: number
+    readonly limit: number | undefined
+    readonly now: number
+  }) => Effect.Effect<{ readonly count: number; readonly expiresAt: number }, SqlError>
+  /**
+   * The token bucket of `key` (full, `limit`, when new) refilled by one token
+   * per whole `refillMillis` since its last refill (never past `limit`),
+   * then `tokens` taken when enough are left or `allowOverflow`. Returns the
+   * tokens left after the take, negative when it was refused (nothing stored
+   * below zero then).
+   */
+  readonly tokenBucket: (input: {
+    readonly key: string
+    readonly tokens: number
+    readonly refillMillis: number
+    readonly limit: number
+    readonly allowOverflow: boolean
+    readonly now: number
+  }) => Effect.Effect<number, SqlError>
+}
+
 export interface EngineSettings {
   /** Dead rows older than this are purged by maintenance. */
   readonly deadRetentionMillis: number
@@ -292,6 +344,8 @@ export interface EngineShape {
   readonly locks: LockStorage
   readonly schedules: ScheduleStorage
   readonly admin: AdminStorage
+  readonly persistedQueue: PersistedQueueStorage
+  readonly rateLimiter: RateLimiterStorage
   /** A write transaction (SQLite: `BEGIN IMMEDIATE`), or a savepoint inside one. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   /**

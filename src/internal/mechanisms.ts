@@ -4,10 +4,11 @@ import * as Locks from "../Locks.js"
 import * as Outbox from "../Outbox.js"
 import * as Queues from "../Queues.js"
 import * as Scheduler from "../Scheduler.js"
+import { Backing, backingOf } from "./effectStores/backing.js"
 import { Engine, type EngineShape } from "./engine.js"
 
 /** The services every store layer provides, whatever its engine. */
-export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin
+export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin | Backing
 
 /** Every mechanism over one engine: the contract's services are built once, engine-free. */
 export const makeMechanisms = (engine: EngineShape): Effect.Effect<Context.Context<Mechanisms>> =>
@@ -19,5 +20,7 @@ export const makeMechanisms = (engine: EngineShape): Effect.Effect<Context.Conte
     const scheduler = yield* build(Scheduler.Scheduler, Scheduler.make)
     const outbox = yield* build(Outbox.Outbox, Outbox.make)
     const admin = yield* build(Admin.Admin, Admin.make)
-    return Context.merge(Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)), admin)
+    return Context.merge(Context.merge(Context.merge(queues, locks), Context.merge(scheduler, outbox)), admin).pipe(
+      Context.add(Backing, backingOf(engine))
+    )
   })

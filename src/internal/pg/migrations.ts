@@ -74,6 +74,27 @@ export const migrations = (s: string) =>
         updated_at bigint NOT NULL
       )`,
       `CREATE INDEX __alkstore_scheduler_tasks_due ON ${s}.__alkstore_scheduler_tasks (next_fire_at)`
+    ),
+    // Effect's own interfaces (src/internal/effectStores/), as on SQLite: PersistedQueue's offered
+    // ids (kept for good) and RateLimiter's counters, in doubles as Effect computes them.
+    "5_effect_stores": statements(
+      `CREATE TABLE ${s}.__alkstore_queue_ids (
+        id text PRIMARY KEY,
+        queue text NOT NULL,
+        offered_at bigint NOT NULL
+      )`,
+      `CREATE TABLE ${s}.__alkstore_rate_windows (
+        key text PRIMARY KEY,
+        used double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        granted boolean NOT NULL
+      )`,
+      `CREATE TABLE ${s}.__alkstore_rate_buckets (
+        key text PRIMARY KEY,
+        tokens double precision NOT NULL,
+        last_refill double precision NOT NULL,
+        granted boolean NOT NULL
+      )`
     )
   })
 

@@ -18,6 +18,8 @@ import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
 import { migrate } from "./migrations.js"
 import { makeNotifier } from "./notify.js"
+import { makePersistedQueueStorage } from "./persistedQueueStorage.js"
+import { makeRateLimiterStorage } from "./rateLimiterStorage.js"
 import { makeQueueStorage } from "./queueStorage.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 
@@ -166,6 +168,8 @@ export const buildMechanisms = (
       locks: makeLockStorage(executor, schema, notifier),
       schedules: makeScheduleStorage(executor, schema, notifier),
       admin: makeAdminStorage(executor, schema),
+      persistedQueue: makePersistedQueueStorage(executor, schema),
+      rateLimiter: makeRateLimiterStorage(executor, schema),
       transaction: executor.transaction,
       signal: makeSignal(executor, wake),
       wake,

@@ -67,6 +67,29 @@ export const migrations = Migrator.fromRecord({
       updated_at INTEGER NOT NULL
     )`,
     `CREATE INDEX __alkstore_scheduler_tasks_due ON __alkstore_scheduler_tasks (next_fire_at)`
+  ),
+  // Effect's own interfaces (src/internal/effectStores/): the ids PersistedQueue elements were
+  // offered with (kept for good, as its deduplication asks), and RateLimiter's counters. The
+  // numbers are REAL: Effect computes them in doubles (a refill interval is window / limit).
+  // `granted` says whether the last take was granted, which RETURNING alone could not tell.
+  "5_effect_stores": statements(
+    `CREATE TABLE __alkstore_queue_ids (
+      id TEXT PRIMARY KEY,
+      queue TEXT NOT NULL,
+      offered_at INTEGER NOT NULL
+    ) WITHOUT ROWID`,
+    `CREATE TABLE __alkstore_rate_windows (
+      key TEXT PRIMARY KEY,
+      used REAL NOT NULL,
+      expires_at REAL NOT NULL,
+      granted INTEGER NOT NULL
+    ) WITHOUT ROWID`,
+    `CREATE TABLE __alkstore_rate_buckets (
+      key TEXT PRIMARY KEY,
+      tokens REAL NOT NULL,
+      last_refill REAL NOT NULL,
+      granted INTEGER NOT NULL
+    ) WITHOUT ROWID`
   )
 })
 

@@ -13,6 +13,8 @@ import { makeOwnedConnection } from "./connection.js"
 import { type Executor, fromClient } from "./executor.js"
 import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
+import { makePersistedQueueStorage } from "./persistedQueueStorage.js"
+import { makeRateLimiterStorage } from "./rateLimiterStorage.js"
 import { migrate } from "./migrations.js"
 import { makeQueueStorage } from "./queueStorage.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
@@ -111,6 +113,8 @@ export const buildMechanisms = (
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
       admin: makeAdminStorage(executor),
+      persistedQueue: makePersistedQueueStorage(executor),
+      rateLimiter: makeRateLimiterStorage(executor),
       transaction: executor.transaction,
       signal: makeCommitSignals(wake.signal),
       wake,

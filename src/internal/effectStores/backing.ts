@@ -1,0 +1,22 @@
+import { Context } from "effect"
+import type { EngineShape, PersistedQueueStorage, RateLimiterStorage } from "../engine.js"
+
+/**
+ * What every store layer gives the stores of Effect's own interfaces
+ * (`EffectStores`) beyond the public services: the engine's storage for
+ * what the queue mechanism lacks, and its write transaction. Opaque to
+ * users: they only pass it on, by providing a store layer.
+ */
+export interface BackingShape {
+  readonly persistedQueue: PersistedQueueStorage
+  readonly rateLimiter: RateLimiterStorage
+  readonly transaction: EngineShape["transaction"]
+}
+
+export class Backing extends Context.Tag("alkstore/EffectStores/Backing")<Backing, BackingShape>() {}
+
+export const backingOf = (engine: EngineShape): BackingShape => ({
+  persistedQueue: engine.persistedQueue,
+  rateLimiter: engine.rateLimiter,
+  transaction: engine.transaction
+})

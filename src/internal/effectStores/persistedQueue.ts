@@ -1,0 +1,166 @@
+import * as PersistedQueue from "@effect/experimental/PersistedQueue"
+import { Cause, Clock, Duration, Effect, Exit, Schedule, type Scope } from "effect"
+import type * as Q from "../../Queues.js"
+import { Queues } from "../../Queues.js"
+import { InvalidOptions } from "../../StoreError.js"
+import { checkOptionalDuration, isInvalid } from "../duration.js"
+import { checkText } from "../options.js"
+import { Backing } from "./backing.js"
+
+export interface PersistedQueueStoreOptions {
+  /**
+   * The lease of a taken element: while its take's scope is open it is
+   * renewed every third of this; when the process dies, the element is
+   * taken again this long after the last renewal. Default 2 minutes (as
+   * `@effect/sql`'s store's lock expiration).
+   */
+  readonly visibilityTimeout?: Duration.DurationInput
+}
+
+/** What each element's job carries: the element's id (PersistedQueue hands it to `take`) and the element. */
+interface Stored {
+  readonly id: string
+  readonly element: unknown
+}
+
+const isStored = (payload: unknown): payload is Stored =>
+  typeof payload === "object" && payload !== null && typeof (payload as Stored).id === "string" &&
+  "element" in payload
+
+/**
+ * The job's own attempts count every claim; PersistedQueue's count the
+ * failures before this take. A take's `maxAttempts` (not a number stamped at
+ * offer time) decides when an element is spent, so jobs are stamped with no
+ * limit of their own.
+ */
+const unlimited = Number.MAX_SAFE_INTEGER
+
+const failure = (message: string) => (cause: unknown) => new PersistedQueue.PersistedQueueError({ message, cause })
+
+/**
+ * `@effect/experimental`'s `PersistedQueueStore` over alkstore's queues.
+ * Each PersistedQueue name is the alkstore queue of that name (visible to
+ * `Queues`, `Admin`, the CLI and the dashboard); an element is a job whose
+ * payload is `{ id, element }`.
+ *
+ * - `offer`: a custom id is remembered for good in the same transaction as
+ *   the enqueue, and an id seen before (pending, in flight, processed or
+ *   dead) enqueues nothing — what `@effect/sql`'s store does with its unique
+ *   index over every row it ever took. Generated ids are fresh UUIDs, which
+ *   nobody else can know, so they are not recorded.
+ * - `take` waits with the queue's own waking (a commit wakes it; no poll),
+ *   claims the element, and settles it when the take's scope closes:
+ *   success acks (the job is deleted; its id stays remembered), an
+ *   interruption releases it (no attempt spent), another failure retries it
+ *   at once behind what is already due, or buries it (dead, with the cause)
+ *   once `maxAttempts` failures are spent. The lease is renewed while the
+ *   scope is open.
+ */
+export const make = (
+  options: PersistedQueueStoreOptions = {}
+): Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing> =>
+  Effect.gen(function*() {
+    const visibility = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
+    if (isInvalid(visibility)) return yield* visibility
+    const visibilityTimeout = Duration.millis(visibility ?? 120_000)
+    const queues = yield* Queues
+    const backing = yield* Backing
+    const workerId = `persisted-queue:${crypto.randomUUID()}`
+
+    const handles = new Map<string, Q.Queue<Stored>>()
+    const queueOf = (name: string): Effect.Effect<Q.Queue<Stored>, PersistedQueue.PersistedQueueError> => {
+      const known = handles.get(name)
+      if (known !== undefined) return Effect.succeed(known)
+      return queues.queue(name, { visibilityTimeout, maxAttempts: unlimited }).pipe(
+        Effect.map((queue) => {
+          handles.set(name, queue as Q.Queue<Stored>)
+          return queue as Q.Queue<Stored>
+        }),
+        Effect.mapError(failure(`invalid persisted queue name ${JSON.stringify(name)}`))
+      )
+    }
+
+    const offer = ({ element, id, isCustomId, name }: Parameters<PersistedQueue.PersistedQueueStore["Type"]["offer"]>[0]) =>
+      Effect.gen(function*() {
+        const queue = yield* queueOf(name)
+        const payload: Stored = { id, element }
+        if (!isCustomId) return yield* queue.enqueue(payload)
+        const invalid = checkText("id", id)
+        if (invalid !== undefined) return yield* invalid
+        const now = yield* Clock.currentTimeMillis
+        yield* backing.transaction(Effect.gen(function*() {
+          if (yield* backing.persistedQueue.rememberId(id, name, now)) yield* queue.enqueue(payload)
+        }))
+      }).pipe(
+        Effect.asVoid,
+        Effect.catchAll((cause) =>
+          cause instanceof PersistedQueue.PersistedQueueError
+            ? Effect.fail(cause)
+            : Effect.fail(failure("Failed to offer element to persisted queue")(cause))
+        ),
+        Effect.withSpan("EffectStores.PersistedQueueStore.offer", { attributes: { name } })
+      )
+
+    const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          const queue = yield* queueOf(name)
+          while (true) {
+            // Only the wait is interruptible: a claim that returned is settled by the scope.
+            const handle = yield* restore(queue.take(workerId)).pipe(
+              Effect.mapError(failure("Failed to take element from persisted queue"))
+            )
+            const attempts = handle.job.attempts - 1
+            const payload = handle.job.payload
+            if (!isStored(payload)) {
+              yield* bury(handle, "not a PersistedQueue element: its payload is not { id, element }")
+              continue
+            }
+            if (attempts >= maxAttempts) {
+              // Claims that never settled (a process died holding them) spent attempts too.
+              yield* bury(handle, `max attempts (${maxAttempts}) exceeded`)
+              continue
+            }
+            yield* Effect.addFinalizer((exit) => settle(handle, exit, maxAttempts))
+            yield* keepAlive(handle)
+            return { id: payload.id, attempts, element: payload.element }
+          }
+        })
+      ).pipe(Effect.withSpan("EffectStores.PersistedQueueStore.take", { attributes: { name } }))
+
+    return PersistedQueue.PersistedQueueStore.of({ offer, take })
+  })
+
+/** The claim's lease, renewed every third of it until the take's scope closes (or the claim is lost). */
+const keepAlive = (handle: Q.JobHandle<Stored>): Effect.Effect<void, never, Scope.Scope> => {
+  const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
+  const beat = handle.heartbeat().pipe(
+    Effect.catchAll((error) => Effect.as(Effect.logWarning("alkstore: renewing a persisted queue claim failed", error), true)),
+    Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
+    Effect.delay(every)
+  )
+  // Forked under the take's uninterruptible region: it must be interruptible to stop with the scope.
+  return Effect.asVoid(Effect.forkScoped(Effect.interruptible(beat)))
+}
+
+/** Settlement must not fail a closing scope: a storage failure is logged, and the lease brings the element back. */
+const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
+  effect.pipe(
+    Effect.retry({ times: 3, schedule: Schedule.exponential(50) }),
+    Effect.catchAll((error) =>
+      Effect.logWarning(`alkstore: ${what} a persisted queue element failed; it is taken again when its lease lapses`, error)
+    ),
+    Effect.asVoid
+  )
+
+const bury = (handle: Q.JobHandle<Stored>, reason: string) => settled("burying")(handle.fail(reason))
+
+const settle = (handle: Q.JobHandle<Stored>, exit: Exit.Exit<unknown, unknown>, maxAttempts: number) => {
+  if (Exit.isSuccess(exit)) return settled("acking")(handle.ack)
+  if (Cause.isInterruptedOnly(exit.cause)) return settled("releasing")(handle.release)
+  const error = Cause.pretty(exit.cause, { renderErrorCause: true })
+  // `job.attempts` counts this claim: it is the failures so far, this one included.
+  return handle.job.attempts >= maxAttempts
+    ? settled("burying")(handle.fail(error))
+    : settled("retrying")(handle.retry(error, Duration.zero))
+}
