@@ -1,0 +1,8 @@
+import { engines } from "./contract/harness.js"
+import { persistedQueueContract } from "./contract/persistedQueue.js"
+import { rateLimiterContract } from "./contract/rateLimiter.js"
+
+for (const engine of engines) {
+  persistedQueueContract(engine)
+  rateLimiterContract(engine)
+}
