@@ -136,6 +136,7 @@ const COLORS: Record<string, string> = {
   plainjob: "#16a34a",
   liteque: "#d97706",
   "effect-pq": "#9333ea",
+  "alkstore-pq": "#0891b2",
   "raw-effect": "#64748b"
 }
 

@@ -19,7 +19,7 @@
  */
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import * as RateLimiter from "@effect/experimental/RateLimiter"
-import { type Effect, Layer } from "effect"
+import { type Effect, Layer, type Scope } from "effect"
 import { Backing as BackingTag } from "./internal/effectStores/backing.js"
 import * as persistedQueue from "./internal/effectStores/persistedQueue.js"
 import * as rateLimiter from "./internal/effectStores/rateLimiter.js"
@@ -32,16 +32,20 @@ export type Backing = BackingTag
 
 export type PersistedQueueStoreOptions = persistedQueue.PersistedQueueStoreOptions
 
-/** The `PersistedQueueStore` over the store's queues (validates `options` first). */
+/**
+ * The `PersistedQueueStore` over the store's queues (validates `options`
+ * first); its lease-renewal fiber lives in the scope.
+ */
 export const makePersistedQueueStore: (
   options?: PersistedQueueStoreOptions
-) => Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing> = persistedQueue.make
+) => Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing | Scope.Scope> =
+  persistedQueue.make
 
 /** `makePersistedQueueStore` as a layer: provide it to `PersistedQueue.layer`. */
 export const layerPersistedQueueStore = (
   options?: PersistedQueueStoreOptions
 ): Layer.Layer<PersistedQueue.PersistedQueueStore, InvalidOptions, Queues | Backing> =>
-  Layer.effect(PersistedQueue.PersistedQueueStore, persistedQueue.make(options))
+  Layer.scoped(PersistedQueue.PersistedQueueStore, persistedQueue.make(options))
 
 /** The `RateLimiterStore` over the store's tables. */
 export const makeRateLimiterStore: Effect.Effect<RateLimiter.RateLimiterStore["Type"], never, Backing> = rateLimiter.make

@@ -6,7 +6,7 @@
  */
 import type { Contender } from "../workloads.js"
 
-export const CONTENDER_NAMES = ["raw", "raw-effect", "alkstore", "plainjob", "liteque", "effect-pq"] as const
+export const CONTENDER_NAMES = ["raw", "raw-effect", "alkstore", "plainjob", "liteque", "effect-pq", "alkstore-pq"] as const
 export type ContenderName = (typeof CONTENDER_NAMES)[number]
 
 export const loadContender = async (name: string): Promise<Contender> => {
@@ -23,6 +23,8 @@ export const loadContender = async (name: string): Promise<Contender> => {
       return (await import("./liteque.js")).contender
     case "effect-pq":
       return (await import("./effect-pq.js")).contender
+    case "alkstore-pq":
+      return (await import("./alkstore-pq.js")).contender
     default:
       throw new Error(`unknown contender ${name}`)
   }

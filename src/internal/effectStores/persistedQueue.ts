@@ -54,11 +54,11 @@ const failure = (message: string) => (cause: unknown) => new PersistedQueue.Pers
  *   interruption releases it (no attempt spent), another failure retries it
  *   at once behind what is already due, or buries it (dead, with the cause)
  *   once `maxAttempts` failures are spent. The lease is renewed while the
- *   scope is open.
+ *   scope is open (one renewal loop per store, in the layer's scope).
  */
 export const make = (
   options: PersistedQueueStoreOptions = {}
-): Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing> =>
+): Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing | Scope.Scope> =>
   Effect.gen(function*() {
     const visibility = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibility)) return yield* visibility
@@ -66,6 +66,8 @@ export const make = (
     const queues = yield* Queues
     const backing = yield* Backing
     const workerId = `persisted-queue:${crypto.randomUUID()}`
+    const open = new Set<Q.JobHandle<Stored>>()
+    yield* renewEvery(open, Math.max(1, Duration.toMillis(visibilityTimeout) / 3))
 
     const handles = new Map<string, Q.Queue<Stored>>()
     const queueOf = (name: string): Effect.Effect<Q.Queue<Stored>, PersistedQueue.PersistedQueueError> => {
@@ -121,8 +123,8 @@ export const make = (
               yield* bury(handle, `max attempts (${maxAttempts}) exceeded`)
               continue
             }
-            yield* Effect.addFinalizer((exit) => settle(handle, exit, maxAttempts))
-            yield* keepAlive(handle)
+            open.add(handle)
+            yield* Effect.addFinalizer((exit) => Effect.zipRight(Effect.sync(() => open.delete(handle)), settle(handle, exit, maxAttempts)))
             return { id: payload.id, attempts, element: payload.element }
           }
         })
@@ -131,16 +133,21 @@ export const make = (
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })
 
-/** The claim's lease, renewed every third of it until the take's scope closes (or the claim is lost). */
-const keepAlive = (handle: Q.JobHandle<Stored>): Effect.Effect<void, never, Scope.Scope> => {
-  const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
-  const beat = handle.heartbeat().pipe(
-    Effect.catchAll((error) => Effect.as(Effect.logWarning("alkstore: renewing a persisted queue claim failed", error), true)),
-    Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
-    Effect.delay(every)
+/**
+ * One renewal loop per store for every open take (as `@effect/sql`'s store
+ * refreshes its locks): a fiber per take would cost more than the take.
+ * Each claim's lease is pushed to now + its visibility timeout every third
+ * of the store's; a claim found lost is dropped from the set.
+ */
+const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
+  const renewAll = Effect.suspend(() =>
+    Effect.forEach([...open], (handle) =>
+      handle.heartbeat().pipe(
+        Effect.tap((alive) => (alive ? Effect.void : Effect.sync(() => open.delete(handle)))),
+        Effect.catchAll((error) => Effect.logWarning("alkstore: renewing a persisted queue claim failed", error))
+      ), { discard: true })
   )
-  // Forked under the take's uninterruptible region: it must be interruptible to stop with the scope.
-  return Effect.asVoid(Effect.forkScoped(Effect.interruptible(beat)))
+  return Effect.forkScoped(Effect.interruptible(Effect.repeat(Effect.delay(renewAll, everyMillis), Schedule.forever)))
 }
 
 /** Settlement must not fail a closing scope: a storage failure is logged, and the lease brings the element back. */
