@@ -9,7 +9,9 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import ts from "typescript"
 import { afterAll, describe, expect, it } from "vitest"
+import { differingFiles, filesUnder, renderApiReference } from "./support/apiReference.js"
 import { blockSlug, collectBlocks, type DocBlock, extractBlocks, runnableSource, typeCheck, where } from "./support/docExamples.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
@@ -46,6 +48,19 @@ describe("docs examples", () => {
     expect(diagnostics.map((d) => `${d.where}: ${d.message}`)).toEqual([])
   })
 
+  it("every public export of src/index.ts has a TSDoc comment", () => {
+    const { program } = checkedProgram()
+    expect(undocumentedExports(program)).toEqual([])
+  })
+
+  it("docs/api/ is the reference `npm run docs:api` generates from the TSDoc (run it after changing a public export)", async () => {
+    const { program } = checkedProgram()
+    const out = path.join(scratch, "api")
+    await renderApiReference(root, program, out)
+    expect(filesUnder(out).length).toBeGreaterThan(1)
+    expect(differingFiles(path.join(root, "docs", "api"), out)).toEqual([])
+  })
+
   describe("runnable blocks run to completion", () => {
     for (const block of blocks.filter((b) => b.runnable)) {
       it(`${where(block)} runs`, async () => {
@@ -66,6 +81,30 @@ describe("docs examples", () => {
     }
   })
 })
+
+/** `Module.name` for each export of each public module that has no documentation comment. */
+const undocumentedExports = (program: ts.Program): Array<string> => {
+  const checker = program.getTypeChecker()
+  const index = program.getSourceFile(path.join(root, "src", "index.ts"))
+  if (index === undefined) return ["src/index.ts is not in the program"]
+  const resolve = (s: ts.Symbol) => (s.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(s) : s)
+  const missing: Array<string> = []
+  const indexSymbol = checker.getSymbolAtLocation(index)
+  if (indexSymbol === undefined) return ["src/index.ts has no module symbol"]
+  for (const namespace of checker.getExportsOfModule(indexSymbol)) {
+    const module = resolve(namespace)
+    const moduleFile = module.declarations?.[0]?.getSourceFile()
+    if (moduleFile === undefined || !hasFileComment(moduleFile)) missing.push(`${namespace.name} (module comment)`)
+    for (const exported of checker.getExportsOfModule(module)) {
+      const documented = [exported, resolve(exported)].some((s) => s.getDocumentationComment(checker).length > 0)
+      if (!documented) missing.push(`${namespace.name}.${exported.name}`)
+    }
+  }
+  return missing
+}
+
+/** A public module opens with a `/** … *\/` comment (TypeDoc's module page). */
+const hasFileComment = (file: ts.SourceFile) => file.getFullText().trimStart().startsWith("/**")
 
 describe("the block extractor", () => {
   const text = [
