@@ -48,6 +48,15 @@ describe("docs examples", () => {
     expect(diagnostics.map((d) => `${d.where}: ${d.message}`)).toEqual([])
   })
 
+  it("a block marked <!-- quote: path --> is that file of the repository, whole", () => {
+    const quoting = blocks.filter((b) => b.quotes !== undefined)
+    const stale = quoting.filter((b) => {
+      const quoted = path.join(root, b.quotes!)
+      return !fs.existsSync(quoted) || fs.readFileSync(quoted, "utf8") !== b.code
+    })
+    expect(stale.map((b) => `${where(b)} differs from ${b.quotes}`)).toEqual([])
+  })
+
   it("every public export of src/index.ts has a TSDoc comment", () => {
     const { program } = checkedProgram()
     expect(undocumentedExports(program)).toEqual([])
@@ -128,6 +137,10 @@ describe("the block extractor", () => {
     "```ts runable",
     "```",
     "```typescript",
+    "```",
+    "<!-- quote: test/x.test.ts -->",
+    "```ts",
+    "export {}",
     "```"
   ].join("\n")
   const { blocks: found, problems: wrong } = extractBlocks("docs/x.md", text)
@@ -135,7 +148,8 @@ describe("the block extractor", () => {
   it("finds ts blocks with their first code line, dedents indented ones, and skips other languages", () => {
     expect(found).toEqual([
       { file: "docs/x.md", line: 3, code: "const a = 1\n", runnable: false },
-      { file: "docs/x.md", line: 7, code: "await Promise.resolve(2)\n  // indented more\n", runnable: true }
+      { file: "docs/x.md", line: 7, code: "await Promise.resolve(2)\n  // indented more\n", runnable: true },
+      { file: "docs/x.md", line: 24, code: "export {}\n", runnable: false, quotes: "test/x.test.ts" }
     ])
   })
 

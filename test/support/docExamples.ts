@@ -18,6 +18,8 @@ export interface DocBlock {
   readonly line: number
   readonly code: string
   readonly runnable: boolean
+  /** A repository file the block quotes whole (`<!-- quote: test/x.test.ts -->` on the line before its fence). */
+  readonly quotes?: string
 }
 
 /** A fence whose info string breaks the docs' convention. */
@@ -34,6 +36,7 @@ export const markdownFiles = (root: string): ReadonlyArray<string> => [
 ]
 
 const fenceOpen = /^( *)(`{3,}|~{3,})(.*)$/
+const quoteMark = /^\s*<!--\s*quote:\s*(\S+)\s*-->\s*$/
 
 /**
  * The `ts` blocks of one markdown text, and the fences that break the
@@ -67,7 +70,14 @@ export const extractBlocks = (
       if (extra.length > 1 || (extra.length === 1 && extra[0] !== "runnable")) {
         problems.push({ ...at, reason: `\`\`\`${info.join(" ")}: the only word after ts is "runnable"` })
       } else {
-        blocks.push({ file, line: i + 2, code: body.join("\n") + "\n", runnable: extra[0] === "runnable" })
+        const quotes = i > 0 ? quoteMark.exec(lines[i - 1]!)?.[1] : undefined
+        blocks.push({
+          file,
+          line: i + 2,
+          code: body.join("\n") + "\n",
+          runnable: extra[0] === "runnable",
+          ...(quotes !== undefined ? { quotes } : {})
+        })
       }
     }
     i = end
