@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url"
 import ts from "typescript"
 import { afterAll, describe, expect, it } from "vitest"
 import { differingFiles, filesUnder, renderApiReference } from "./support/apiReference.js"
-import { blockSlug, collectBlocks, type DocBlock, extractBlocks, runnableSource, typeCheck, where } from "./support/docExamples.js"
+import { blockSlug, brokenLinks, collectBlocks, type DocBlock, extractBlocks, headingAnchors, runnableSource, typeCheck, where } from "./support/docExamples.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 const { blocks, problems } = collectBlocks(root)
@@ -41,6 +41,10 @@ describe("docs examples", () => {
     expect(problems.map((p) => `${p.file}:${p.line}: ${p.reason}`)).toEqual([])
     expect(blocks.length).toBeGreaterThan(0)
     expect(blocks.some((b) => b.runnable)).toBe(true)
+  })
+
+  it("every relative link of README.md and docs/*.md leads to a file of the repository, and its #anchor to a heading", () => {
+    expect(brokenLinks(root).map((p) => `${p.file}:${p.line}: ${p.reason}`)).toEqual([])
   })
 
   it("every ts block type-checks against the library, imported as \"alkstore\"", () => {
@@ -155,6 +159,11 @@ describe("the block extractor", () => {
 
   it("reports a bare fence, a misspelt word after ts, and typescript for ts, by line", () => {
     expect(wrong.map((p) => p.line)).toEqual([13, 18, 20])
+  })
+
+  it("derives GitHub's heading anchors, repeats numbered", () => {
+    const anchors = headingAnchors("# The CLI: `alkstore`\n## A job's life\n## Notes\n## Notes\n```\n# not a heading\n```\n")
+    expect([...anchors]).toEqual(["the-cli-alkstore", "a-jobs-life", "notes", "notes-1"])
   })
 
   it("rewrites the alkstore import of a runnable copy to the source file", () => {
