@@ -107,7 +107,9 @@ const undocumentedExports = (program: ts.Program): Array<string> => {
   for (const namespace of checker.getExportsOfModule(indexSymbol)) {
     const module = resolve(namespace)
     const moduleFile = module.declarations?.[0]?.getSourceFile()
-    if (moduleFile === undefined || !hasFileComment(moduleFile)) missing.push(`${namespace.name} (module comment)`)
+    if (moduleFile === undefined || !hasModuleComment(moduleFile)) {
+      missing.push(`${namespace.name} (a /** … @module */ comment opening its file)`)
+    }
     for (const exported of checker.getExportsOfModule(module)) {
       const documented = [exported, resolve(exported)].some((s) => s.getDocumentationComment(checker).length > 0)
       if (!documented) missing.push(`${namespace.name}.${exported.name}`)
@@ -116,8 +118,11 @@ const undocumentedExports = (program: ts.Program): Array<string> => {
   return missing
 }
 
-/** A public module opens with a `/** … *\/` comment (TypeDoc's module page). */
-const hasFileComment = (file: ts.SourceFile) => file.getFullText().trimStart().startsWith("/**")
+/** A public module opens with a `/** … @module *\/` comment: TypeDoc's text for its page (without the tag it drops it). */
+const hasModuleComment = (file: ts.SourceFile) => {
+  const text = file.getFullText().trimStart()
+  return text.startsWith("/**") && /@module\b/.test(text.slice(0, text.indexOf("*/")))
+}
 
 describe("the block extractor", () => {
   const text = [
