@@ -26,6 +26,7 @@ import { Config, type ConfigError, Effect, Layer } from "effect"
 import * as importSqliteInternal from "./internal/pg/importSqlite.js"
 import * as internal from "./internal/pg/store.js"
 import type { Admin } from "./Admin.js"
+import type { Backing } from "./EffectStores.js"
 import type { Locks } from "./Locks.js"
 import type { Outbox } from "./Outbox.js"
 import type { Queues } from "./Queues.js"
@@ -38,8 +39,8 @@ export interface StoreSettings extends internal.StoreSettings {}
 /** `layer`'s options: every `@effect/sql-pg` `PgClientConfig` field (`url`, `host`, pool size, ssl, …) plus the engine settings. */
 export interface PgStoreOptions extends internal.PgStoreOptions {}
 
-/** The services every store layer provides. */
-export type Mechanisms = Queues | Locks | Scheduler | Outbox | Admin
+/** The services every store layer provides (`Backing`: what `EffectStores`' layers are built from). */
+export type Mechanisms = Queues | Locks | Scheduler | Outbox | Admin | Backing
 
 /**
  * A store on a PostgreSQL pool of its own: provides every mechanism and the

@@ -28,6 +28,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Config, type ConfigError, Effect, Layer } from "effect"
 import * as internal from "./internal/sqlite/store.js"
 import type { Admin } from "./Admin.js"
+import type { Backing } from "./EffectStores.js"
 import type { Locks } from "./Locks.js"
 import type { Outbox } from "./Outbox.js"
 import type { Queues } from "./Queues.js"
@@ -40,8 +41,8 @@ export interface StoreSettings extends internal.StoreSettings {}
 /** `layer`'s options: the file, the engine settings, and the settings of a connection the store owns. */
 export interface SqliteStoreOptions extends internal.SqliteStoreOptions {}
 
-/** The services every store layer provides. */
-export type Mechanisms = Queues | Locks | Scheduler | Outbox | Admin
+/** The services every store layer provides (`Backing`: what `EffectStores`' layers are built from). */
+export type Mechanisms = Queues | Locks | Scheduler | Outbox | Admin | Backing
 
 /**
  * A store on the SQLite file `filename` (created when missing), on a
