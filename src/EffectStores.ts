@@ -16,6 +16,8 @@
  * ```
  *
  * See docs/effect-stores.md for the semantics and the decisions.
+ *
+ * @module
  */
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import * as RateLimiter from "@effect/experimental/RateLimiter"
@@ -30,6 +32,7 @@ import type { InvalidOptions } from "./StoreError.js"
 export const Backing = BackingTag
 export type Backing = BackingTag
 
+/** `layerPersistedQueueStore`'s options: the lease of a taken element (`visibilityTimeout`, default 2 minutes). */
 export type PersistedQueueStoreOptions = persistedQueue.PersistedQueueStoreOptions
 
 /**
