@@ -99,8 +99,7 @@ export const make = (
           cause instanceof PersistedQueue.PersistedQueueError
             ? Effect.fail(cause)
             : Effect.fail(failure("Failed to offer element to persisted queue")(cause))
-        ),
-        Effect.withSpan("EffectStores.PersistedQueueStore.offer", { attributes: { name } })
+        )
       )
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
@@ -128,7 +127,7 @@ export const make = (
             return { id: payload.id, attempts, element: payload.element }
           }
         })
-      ).pipe(Effect.withSpan("EffectStores.PersistedQueueStore.take", { attributes: { name } }))
+      )
 
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })

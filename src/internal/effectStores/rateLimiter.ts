@@ -54,7 +54,7 @@ export const make: Effect.Effect<RateLimiter.RateLimiterStore["Type"], never, Ba
             now
           }).pipe(Effect.mapError(storeError("Failed to take from a fixed-window rate limit")))
           return [count, expiresAt - now] as const
-        }).pipe(Effect.withSpan("EffectStores.RateLimiterStore.fixedWindow", { attributes: { key: options.key } })),
+        }),
       tokenBucket: (options) =>
         Effect.gen(function*() {
           const refillMillis = yield* checkInput(options)
@@ -67,6 +67,6 @@ export const make: Effect.Effect<RateLimiter.RateLimiterStore["Type"], never, Ba
             allowOverflow: options.allowOverflow,
             now
           }).pipe(Effect.mapError(storeError("Failed to take from a token-bucket rate limit")))
-        }).pipe(Effect.withSpan("EffectStores.RateLimiterStore.tokenBucket", { attributes: { key: options.key } }))
+        })
     })
 )
