@@ -38,25 +38,25 @@ export const queueStatements = (s: string, n: Notifier) => {
       claimed_until = NULL, worker_id = NULL`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-      created_at)`
+      created_at, trace_context)`
   const values = `($1::text, $2::text::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
-      $9::bigint, $10::text, $11::bigint)`
+      $9::bigint, $10::text, $11::bigint, $12::text)`
   return {
     insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(13)} FROM w`,
     insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(13)} FROM w`,
     // Many rows in one statement; identities are assigned in ordinality order.
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
         SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
-          u.backoff_base, u.expires_at, NULL, u.created_at
+          u.backoff_base, u.expires_at, NULL, u.created_at, u.trace_context
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
-          $8::bigint[], $9::bigint[], $10::bigint[]) WITH ORDINALITY
+          $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) WITH ORDINALITY
           AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
-            created_at, ord)
+            created_at, trace_context, ord)
         ORDER BY u.ord
         RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(11)} FROM w`,
+      SELECT w.id, ${n.tail(12)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
@@ -83,7 +83,7 @@ export const queueStatements = (s: string, n: Notifier) => {
         WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
       )
       ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-      RETURNING ${jobColumns("j")}`,
+      RETURNING ${jobColumns("j")}, j.id IN (SELECT id FROM lapsed) AS lapsed`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
     // (an EXISTS drops the order, and may then scan the table for the first match).
     anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
@@ -143,10 +143,17 @@ export const queueStatements = (s: string, n: Notifier) => {
     purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
-    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING 1) SELECT count(*) AS n FROM d`,
+    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING queue)
+      SELECT queue, count(*) AS n FROM d GROUP BY queue`,
     purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`
   } as const
+}
+
+/** A claimed row, marked when it was taken from a lapsed lease. */
+const claimedRow = (r: Record<string, unknown>): JobRow => {
+  const row = toJobRow(r)
+  return r.lapsed === true ? { ...row, lapsed: true } : row
 }
 
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
@@ -193,6 +200,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         column((j) => j.backoffBaseMillis),
         column((j) => j.expiresAt ?? null),
         column((j) => j.createdAt),
+        column((j) => j.traceContext ?? null),
         ...notifier.params
       ])),
       (r) => r.sort((a, b) => a - b)
@@ -220,13 +228,16 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
   const claimRounds = (queue: string, workerId: string, now: number, limit: number) =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
+      const died: Array<JobRow> = []
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
-        const rows = yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
-        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        const rows = yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), claimedRow)
+        for (const row of rows) (row.state === "claimed" ? claimed : died).push(row)
         if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
       }
-      return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
+      if (claimed.length > 1) claimed.sort(claimOrder)
+      // Candidates met dead come after the claims (for the metrics; they are not claims).
+      return died.length === 0 ? claimed : [...claimed, ...died]
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
@@ -296,9 +307,12 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
-        const expired = yield* counted(db.all(sql.expire, [now]))
+        const expiredByQueue = yield* decoded(
+          db.all(sql.expire, [now]),
+          (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
+        )
         const purged = yield* counted(db.all(sql.purgeAllDeadBefore, [purgeDiedBefore]))
-        return { expired, purged }
+        return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
       }))
   }
 }
