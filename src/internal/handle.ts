@@ -7,7 +7,7 @@ import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
-import { attr, type Attributes, countExpired, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
+import { attr, type Attributes, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -235,7 +235,7 @@ export const makeHandles = <A>(
     const undecodable: Array<[JobRow, InvalidPayload]> = []
     for (const row of rows) {
       if (row.state !== "claimed") {
-        if (row.last_error === "expired") countExpired(queueName, 1)
+        if (row.last_error === "expired") m.expired(1)
         else m.dead(1)
         continue
       }

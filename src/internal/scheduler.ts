@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Metric, Option, Schedule } from "effect"
+import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as S from "../Scheduler.js"
 import { type DatabaseReplaced, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
@@ -10,7 +10,7 @@ import { queueDefaults, safeInteger } from "./options.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queue.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
-import { attr, metrics, traced, traceparentOf } from "./telemetry.js"
+import { attr, countFires, countLeadership, traced, traceparentOf } from "./telemetry.js"
 
 /** Wake topics: registration changes reach the leader, lease releases reach standbys. */
 export const registrationsTopic = "__alkstore_scheduler_tasks"
@@ -70,9 +70,7 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
   })).pipe(Effect.tap((result) =>
     Effect.sync(() => {
       if (result !== undefined) {
-        for (const [queue, count] of result.fired) {
-          Metric.tagged(metrics.schedulerFires, "queue", queue).unsafeUpdate(count, [])
-        }
+        for (const [queue, count] of result.fired) countFires(queue, count)
       }
     })
   )), (result, span) => {
@@ -86,8 +84,7 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
   })
 
 /** Counts a leadership change of this process's runner: `acquired`, `released` or `lost`. */
-const leadershipChange = (change: "acquired" | "released" | "lost") =>
-  Effect.sync(() => Metric.tagged(metrics.leadership, "change", change).unsafeUpdate(1, []))
+const leadershipChange = (change: "acquired" | "released" | "lost") => Effect.sync(() => countLeadership(change))
 
 export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine

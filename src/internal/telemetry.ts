@@ -1,4 +1,16 @@
-import { Context, Effect, type Fiber, FiberRef, Metric, MetricBoundaries, Option, Tracer } from "effect"
+import {
+  Context,
+  Effect,
+  type Fiber,
+  FiberRef,
+  Metric,
+  MetricBoundaries,
+  MetricKey,
+  type MetricKeyType,
+  MetricLabel,
+  Option,
+  Tracer
+} from "effect"
 
 /**
  * Tracing and metrics, the Effect way (docs/observability.md): spans through
@@ -113,56 +125,90 @@ export const linkOf = (traceparent: string | null | undefined): Tracer.SpanLink 
 // Milliseconds, 1 ms to ~9 h on a doubling curve.
 const millisBoundaries = MetricBoundaries.exponential({ start: 1, factor: 2, count: 26 })
 
-/**
- * Every metric alkstore keeps. Counters and histograms are tagged with the
- * queue; their instances per queue are built once (`queueMetrics`) so the
- * hot path's update is a direct, synchronous `unsafeUpdate`.
- */
-export const metrics = {
-  enqueued: Metric.counter("alkstore.queue.enqueued", { description: "jobs enqueued", incremental: true }),
-  claimed: Metric.counter("alkstore.queue.claimed", { description: "claims taken", incremental: true }),
-  acked: Metric.counter("alkstore.queue.acked", { description: "claims acked (the job is done)", incremental: true }),
-  retried: Metric.counter("alkstore.queue.retried", { description: "claims sent back to pending to retry", incremental: true }),
-  dead: Metric.counter("alkstore.queue.dead", { description: "jobs moved to dead (expiry included)", incremental: true }),
-  expired: Metric.counter("alkstore.queue.expired", { description: "jobs moved to dead because they expired", incremental: true }),
-  leaseLapses: Metric.counter("alkstore.queue.lease_lapses", {
+const keys = {
+  enqueued: MetricKey.counter("alkstore.queue.enqueued", { description: "jobs enqueued", incremental: true }),
+  claimed: MetricKey.counter("alkstore.queue.claimed", { description: "claims taken", incremental: true }),
+  acked: MetricKey.counter("alkstore.queue.acked", { description: "claims acked (the job is done)", incremental: true }),
+  retried: MetricKey.counter("alkstore.queue.retried", {
+    description: "claims sent back to pending to retry",
+    incremental: true
+  }),
+  dead: MetricKey.counter("alkstore.queue.dead", { description: "jobs moved to dead (expiry included)", incremental: true }),
+  expired: MetricKey.counter("alkstore.queue.expired", {
+    description: "jobs moved to dead because they expired",
+    incremental: true
+  }),
+  leaseLapses: MetricKey.counter("alkstore.queue.lease_lapses", {
     description: "claims taken from a lapsed lease (its previous claim neither settled nor heartbeat in time)",
     incremental: true
   }),
-  wait: Metric.histogram("alkstore.queue.wait_ms", millisBoundaries, "from due (enqueue, or retry time) to claim, ms"),
-  handler: Metric.histogram("alkstore.queue.handler_ms", millisBoundaries, "handler time per job in process, ms"),
-  depth: Metric.gauge("alkstore.queue.depth", { description: "jobs by state (sampled)" }),
-  oldestPendingAge: Metric.gauge("alkstore.queue.oldest_pending_age_ms", {
+  wait: MetricKey.histogram("alkstore.queue.wait_ms", millisBoundaries, "from due (enqueue, or retry time) to claim, ms"),
+  handler: MetricKey.histogram("alkstore.queue.handler_ms", millisBoundaries, "handler time per job in process, ms"),
+  depth: MetricKey.gauge("alkstore.queue.depth", { description: "jobs by state (sampled)" }),
+  oldestPendingAge: MetricKey.gauge("alkstore.queue.oldest_pending_age_ms", {
     description: "age of the oldest due pending job, ms (sampled; 0 when none)"
   }),
-  schedulerFires: Metric.counter("alkstore.scheduler.fires", { description: "jobs enqueued by schedules", incremental: true }),
-  leadership: Metric.counter("alkstore.scheduler.leadership_changes", {
-    description: "scheduler leadership acquired or lost, by this process",
+  schedulerFires: MetricKey.counter("alkstore.scheduler.fires", {
+    description: "jobs enqueued by schedules",
+    incremental: true
+  }),
+  leadership: MetricKey.counter("alkstore.scheduler.leadership_changes", {
+    description: "scheduler leadership acquired, released or lost, by this process",
     incremental: true
   })
 } as const
 
-const tagged = <T, I, O>(metric: Metric.Metric<T, I, O>, queue: string) => Metric.tagged(metric, "queue", queue)
+/** Every metric alkstore keeps (untagged: tag them to read one queue's). */
+export const metrics = {
+  enqueued: Metric.fromMetricKey(keys.enqueued),
+  claimed: Metric.fromMetricKey(keys.claimed),
+  acked: Metric.fromMetricKey(keys.acked),
+  retried: Metric.fromMetricKey(keys.retried),
+  dead: Metric.fromMetricKey(keys.dead),
+  expired: Metric.fromMetricKey(keys.expired),
+  leaseLapses: Metric.fromMetricKey(keys.leaseLapses),
+  wait: Metric.fromMetricKey(keys.wait),
+  handler: Metric.fromMetricKey(keys.handler),
+  depth: Metric.fromMetricKey(keys.depth),
+  oldestPendingAge: Metric.fromMetricKey(keys.oldestPendingAge),
+  schedulerFires: Metric.fromMetricKey(keys.schedulerFires),
+  leadership: Metric.fromMetricKey(keys.leadership)
+} as const
+
+const none: ReadonlyArray<never> = []
+
+/**
+ * One metric tagged for good: its registry entry is looked up once and kept
+ * (`Metric.tagged` would build and hash a tagged key on every update), so an
+ * update is a direct, synchronous write.
+ */
+const taggedOnce = <T extends MetricKeyType.MetricKeyType<any, any>>(
+  key: MetricKey.MetricKey<T>,
+  tags: ReadonlyArray<readonly [string, string]>
+) => Metric.fromMetricKey(MetricKey.taggedWithLabels(key, tags.map(([k, v]) => MetricLabel.make(k, v))))
 
 /** One queue's metric instances: updates without effects, for the hot paths. */
 export const queueMetrics = (queue: string) => {
-  const enqueued = tagged(metrics.enqueued, queue)
-  const claimed = tagged(metrics.claimed, queue)
-  const acked = tagged(metrics.acked, queue)
-  const retried = tagged(metrics.retried, queue)
-  const dead = tagged(metrics.dead, queue)
-  const expired = tagged(metrics.expired, queue)
-  const leaseLapses = tagged(metrics.leaseLapses, queue)
-  const wait = tagged(metrics.wait, queue)
-  const handler = tagged(metrics.handler, queue)
-  const none: ReadonlyArray<never> = []
+  const tags = [["queue", queue]] as const
+  const enqueued = taggedOnce(keys.enqueued, tags)
+  const claimed = taggedOnce(keys.claimed, tags)
+  const acked = taggedOnce(keys.acked, tags)
+  const retried = taggedOnce(keys.retried, tags)
+  const dead = taggedOnce(keys.dead, tags)
+  const expired = taggedOnce(keys.expired, tags)
+  const leaseLapses = taggedOnce(keys.leaseLapses, tags)
+  const wait = taggedOnce(keys.wait, tags)
+  const handler = taggedOnce(keys.handler, tags)
   return {
     enqueued: (n: number) => enqueued.unsafeUpdate(n, none),
     claimed: (n: number) => claimed.unsafeUpdate(n, none),
     acked: (n: number) => acked.unsafeUpdate(n, none),
     retried: () => retried.unsafeUpdate(1, none),
     dead: (n: number) => dead.unsafeUpdate(n, none),
-    expired: (n: number) => expired.unsafeUpdate(n, none),
+    expired: (n: number) => {
+      expired.unsafeUpdate(n, none)
+      dead.unsafeUpdate(n, none)
+    },
     leaseLapse: () => leaseLapses.unsafeUpdate(1, none),
     wait: (millis: number) => wait.unsafeUpdate(millis, none),
     handler: (millis: number) => handler.unsafeUpdate(millis, none)
@@ -171,7 +217,7 @@ export const queueMetrics = (queue: string) => {
 
 export type QueueMetrics = ReturnType<typeof queueMetrics>
 
-/** The gauges of one queue, from a depth reading. */
+/** The gauges of one queue, from a depth reading (off the hot path: tagged per call). */
 export const setGauges = (
   queue: string,
   depth: {
@@ -182,17 +228,21 @@ export const setGauges = (
     readonly oldestPendingAgeMillis: number | undefined
   }
 ): void => {
-  const none: ReadonlyArray<never> = []
   for (const state of ["pending", "scheduled", "claimed", "dead"] as const) {
-    Metric.tagged(Metric.tagged(metrics.depth, "queue", queue), "state", state).unsafeUpdate(depth[state], none)
+    taggedOnce(keys.depth, [["queue", queue], ["state", state]]).unsafeUpdate(depth[state], none)
   }
-  tagged(metrics.oldestPendingAge, queue).unsafeUpdate(depth.oldestPendingAgeMillis ?? 0, none)
+  taggedOnce(keys.oldestPendingAge, [["queue", queue]]).unsafeUpdate(depth.oldestPendingAgeMillis ?? 0, none)
 }
 
-/** Counts expiries per queue (maintenance, or a claim meeting an expired candidate): each is also a death. */
+/** Counts expiries of a queue (maintenance's, by queue): each is also a death. */
 export const countExpired = (queue: string, count: number): void => {
-  if (count <= 0) return
-  const none: ReadonlyArray<never> = []
-  tagged(metrics.expired, queue).unsafeUpdate(count, none)
-  tagged(metrics.dead, queue).unsafeUpdate(count, none)
+  if (count > 0) queueMetrics(queue).expired(count)
 }
+
+/** Counts `count` fires of schedules into `queue`. */
+export const countFires = (queue: string, count: number): void =>
+  taggedOnce(keys.schedulerFires, [["queue", queue]]).unsafeUpdate(count, none)
+
+/** Counts a leadership change of this process's scheduler runner. */
+export const countLeadership = (change: "acquired" | "released" | "lost"): void =>
+  taggedOnce(keys.leadership, [["change", change]]).unsafeUpdate(1, none)
