@@ -4,6 +4,8 @@
  * OpenTelemetry layer from `@effect/opentelemetry`, say) and update
  * Effect `Metric`s tagged with the queue; any metrics exporter reads them.
  * This module names them, for dashboards, alerts and tests.
+ *
+ * @module
  */
 import type { Context } from "effect"
 import * as internal from "./internal/telemetry.js"
