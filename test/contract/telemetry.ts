@@ -187,6 +187,17 @@ export const telemetryContract = (engine: EngineUnderTest) =>
           })
           expect(deliver.links.map((l) => l.span.traceId)).toEqual([one("request").traceId])
           expect(Option.getOrUndefined(one("deliver-handler").parent)?.spanId).toBe(deliver.spanId)
+          // `run` names its per-job spans for the outbox too
+          const second = yield* box.enqueue({ to: "b" })
+          const runner0 = yield* Effect.fork(box.run("d2", () => Effect.void))
+          yield* eventually(Effect.sync(() => expect(named("alkstore.outbox.deliver").length).toBe(2)))
+          yield* Fiber.interrupt(runner0)
+          expect(Object.fromEntries(named("alkstore.outbox.deliver")[1]!.attributes)).toMatchObject({
+            "alkstore.outbox": box.name,
+            "alkstore.job.id": second,
+            "alkstore.worker.id": "d2",
+            "alkstore.outcome": "acked"
+          })
 
           const scheduler = yield* Scheduler.Scheduler
           const target = freshQueue("fired")
