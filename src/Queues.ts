@@ -232,6 +232,13 @@ export interface QueuesShape {
    * The scheduler's leader runs it every minute.
    */
   readonly maintenance: Effect.Effect<MaintenanceResult, SqlError>
+  /**
+   * Refreshes the depth and oldest-pending-age gauges of every queue
+   * (`alkstore.queue.depth`, `alkstore.queue.oldest_pending_age_ms`) from one
+   * read of all queues. Run it on a `Schedule` in a scope where gauges are
+   * exported (docs/observability.md); `queue.stats` refreshes one queue's too.
+   */
+  readonly sampleMetrics: Effect.Effect<void, SqlError>
 }
 
 /** Durable job queues; every store layer provides it. */

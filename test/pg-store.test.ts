@@ -40,7 +40,10 @@ describe("PgStore", () => {
           `SELECT migration_id FROM ${schema}.__alkstore_migrations ORDER BY migration_id`
         )
       }).pipe(Effect.provide(pgOwned.store({ filename: "race-check", schema })))
-      expect(migrations.map((m) => Number(m.migration_id))).toEqual([1, 2])
+      // every migration applied once, whoever ran it
+      const applied = migrations.map((m) => Number(m.migration_id))
+      expect(applied).toEqual([...new Set(applied)].sort((a, b) => a - b))
+      expect(applied).toEqual(expect.arrayContaining([1, 2, 4]))
     }))
 
   it.effect("never runs its statements on another client's transaction; joins its own client's", () =>

@@ -29,19 +29,28 @@ export interface JobRow {
   readonly created_at: number
   readonly last_error: string | null
   readonly died_at: number | null
+  /** The enqueuer's trace context (W3C `traceparent`), when it was enqueued inside a span. */
+  readonly trace_context?: string | null
+  /**
+   * Set by a claim only: the row was claimed from a lapsed lease (its previous
+   * claim neither settled nor heartbeat in time).
+   */
+  readonly lapsed?: boolean
 }
 
 export interface NewJob extends ResolvedEnqueue {
   readonly queue: string
   readonly payload: string
   readonly createdAt: number
+  /** The enqueuer's span as a W3C `traceparent`, stored for the handler's span link. */
+  readonly traceContext?: string | undefined
 }
 
 /**
  * A new job's values in the column order every engine's insert lists them:
  * queue, payload, state, priority, run_at, max_attempts, visibility_timeout,
- * backoff_base, expires_at, idempotency_key, created_at. A job due later is
- * stored `scheduled`, outside the claim index.
+ * backoff_base, expires_at, idempotency_key, created_at, trace_context. A
+ * job due later is stored `scheduled`, outside the claim index.
  */
 export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.queue,
@@ -54,8 +63,16 @@ export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.backoffBaseMillis,
   job.expiresAt ?? null,
   job.key ?? null,
-  job.createdAt
+  job.createdAt,
+  job.traceContext ?? null
 ]
+
+/** What a maintenance round did; `expiredByQueue` splits `expired` by queue (for the metrics). */
+export interface MaintenanceRow {
+  readonly expired: number
+  readonly purged: number
+  readonly expiredByQueue: ReadonlyArray<{ readonly queue: string; readonly count: number }>
+}
 
 export interface StatsRow {
   readonly pending: number
@@ -84,7 +101,9 @@ export interface QueueStorage {
   readonly insertOneNow?: (context: Context.Context<never>, job: NewJob) => number | undefined
   /**
    * Claims up to `limit` claimable jobs in contract order. Due jobs that have
-   * expired or spent their attempts move to dead on the way instead.
+   * expired or spent their attempts move to dead on the way instead: their
+   * rows come after the claimed ones, with state `dead` (for the metrics;
+   * they are not claims).
    */
   readonly claim: (
     queue: string,
@@ -132,7 +151,7 @@ export interface QueueStorage {
   readonly maintenance: (
     now: number,
     purgeDiedBefore: number
-  ) => Effect.Effect<{ readonly expired: number; readonly purged: number }, SqlError>
+  ) => Effect.Effect<MaintenanceRow, SqlError>
 }
 
 export interface LockRow {

@@ -74,7 +74,9 @@ export const migrations = (s: string) =>
         updated_at bigint NOT NULL
       )`,
       `CREATE INDEX __alkstore_scheduler_tasks_due ON ${s}.__alkstore_scheduler_tasks (next_fire_at)`
-    )
+    ),
+    // The enqueuer's span as a W3C traceparent (docs/observability.md): the handler's span links to it.
+    "4_trace_context": statements(`ALTER TABLE ${s}.__alkstore_jobs ADD COLUMN trace_context text`)
   })
 
 export const migrationsTable = "__alkstore_migrations"

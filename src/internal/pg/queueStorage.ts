@@ -48,6 +48,8 @@ export const queueStatements = (s: string, n: Notifier) => {
    * once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the writes on
    * the primary key whatever the planner estimates.
    */
+  // Whether a claimed row came from a lapsed lease (for the lease-lapse metric).
+  const lapsedColumn = "j.id IN (SELECT id FROM lapsed) AS lapsed"
   const claimCtes = (exclude: string) => `due AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
         ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
@@ -67,25 +69,25 @@ export const queueStatements = (s: string, n: Notifier) => {
       )`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-      created_at)`
+      created_at, trace_context)`
   const values = `($1::text, $2::text::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
-      $9::bigint, $10::text, $11::bigint)`
+      $9::bigint, $10::text, $11::bigint, $12::text)`
   return {
     insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(13)} FROM w`,
     insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(13)} FROM w`,
     // Many rows in one statement; identities are assigned in ordinality order.
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
         SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
-          u.backoff_base, u.expires_at, NULL, u.created_at
+          u.backoff_base, u.expires_at, NULL, u.created_at, u.trace_context
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
-          $8::bigint[], $9::bigint[], $10::bigint[]) WITH ORDINALITY
+          $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) WITH ORDINALITY
           AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
-            created_at, ord)
+            created_at, trace_context, ord)
         ORDER BY u.ord
         RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(11)} FROM w`,
+      SELECT w.id, ${n.tail(12)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
@@ -93,7 +95,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     // the claim's CTEs (below) then the claim's writes.
     claim: `WITH ${claimCtes("")}
       ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-      RETURNING ${jobColumns("j")}`,
+      RETURNING ${jobColumns("j")}, ${lapsedColumn}`,
     // A worker's step between two jobs, one statement (one round trip, one commit): the fenced ack
     // of job $5 under claim token $6 (exactly `ack`: deleted only while claimed under that token), then
     // the claim above. All CTEs see one snapshot, in which the acked row is `claimed`: never a pending
@@ -104,7 +106,7 @@ export const queueStatements = (s: string, n: Notifier) => {
         DELETE FROM ${jobs} WHERE id = $5::bigint AND claim_token = $6::bigint AND state = 'claimed' RETURNING id
       ), ${claimCtes("AND id <> $5::bigint")}, claimed AS (
         ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-        RETURNING ${jobColumns("j")}
+        RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
       SELECT (SELECT count(*) FROM done) AS acked, c.* FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
@@ -166,10 +168,17 @@ export const queueStatements = (s: string, n: Notifier) => {
     purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
-    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING 1) SELECT count(*) AS n FROM d`,
+    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING queue)
+      SELECT queue, count(*) AS n FROM d GROUP BY queue`,
     purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`
   } as const
+}
+
+/** A claimed row, marked when it was taken from a lapsed lease. */
+const claimedRow = (r: Record<string, unknown>): JobRow => {
+  const row = toJobRow(r)
+  return r.lapsed === true ? { ...row, lapsed: true } : row
 }
 
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
@@ -216,6 +225,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         column((j) => j.backoffBaseMillis),
         column((j) => j.expiresAt ?? null),
         column((j) => j.createdAt),
+        column((j) => j.traceContext ?? null),
         ...notifier.params
       ])),
       (r) => r.sort((a, b) => a - b)
@@ -252,15 +262,18 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
   ) =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
+      const died: Array<JobRow> = []
       let rows = first
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
-        rows ??= yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
-        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        rows ??= yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), claimedRow)
+        for (const row of rows) (row.state === "claimed" ? claimed : died).push(row)
         if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
         rows = undefined
       }
-      return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
+      if (claimed.length > 1) claimed.sort(claimOrder)
+      // Candidates met dead come after the claims (for the metrics; they are not claims).
+      return died.length === 0 ? claimed : [...claimed, ...died]
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
@@ -274,7 +287,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         [now, workerId, queue, limit, fence.id, fence.token]
       )
       const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
-      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
+      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
       return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
     })
 
@@ -341,9 +354,12 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
-        const expired = yield* counted(db.all(sql.expire, [now]))
+        const expiredByQueue = yield* decoded(
+          db.all(sql.expire, [now]),
+          (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
+        )
         const purged = yield* counted(db.all(sql.purgeAllDeadBefore, [purgeDiedBefore]))
-        return { expired, purged }
+        return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
       }))
   }
 }

@@ -60,7 +60,8 @@ export const jobColumns = (t = "") =>
     "claim_token",
     "created_at",
     "last_error",
-    "died_at"
+    "died_at",
+    "trace_context"
   ].map((c) => (t === "" ? c : `${t}.${c}`)).join(", ")
 
 export const toJobRow = (r: Record<string, unknown>): JobRow => ({
@@ -80,7 +81,8 @@ export const toJobRow = (r: Record<string, unknown>): JobRow => ({
   claim_token: int(r.claim_token, "claim_token"),
   created_at: int(r.created_at, "created_at"),
   last_error: (r.last_error ?? null) as string | null,
-  died_at: intOrNull(r.died_at, "died_at")
+  died_at: intOrNull(r.died_at, "died_at"),
+  trace_context: (r.trace_context ?? null) as string | null
 })
 
 export const toLockRow = (r: Record<string, unknown>): LockRow => ({

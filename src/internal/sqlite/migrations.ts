@@ -67,7 +67,9 @@ export const migrations = Migrator.fromRecord({
       updated_at INTEGER NOT NULL
     )`,
     `CREATE INDEX __alkstore_scheduler_tasks_due ON __alkstore_scheduler_tasks (next_fire_at)`
-  )
+  ),
+  // The enqueuer's span as a W3C traceparent (docs/observability.md): the handler's span links to it.
+  "4_trace_context": statements(`ALTER TABLE __alkstore_jobs ADD COLUMN trace_context TEXT`)
 })
 
 export const migrationsTable = "__alkstore_migrations"

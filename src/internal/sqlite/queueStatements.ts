@@ -58,7 +58,7 @@ const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'e
  * nobody's business after a claim.
  */
 const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
-  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at`
+  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at, trace_context`
 
 export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
   id: v[0] as number,
@@ -77,21 +77,22 @@ export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
   claim_token: v[13] as number,
   created_at: v[14] as number,
   last_error: v[15] as string | null,
-  died_at: v[16] as number | null
+  died_at: v[16] as number | null,
+  trace_context: v[17] as string | null
 })
 
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 export const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+     created_at, trace_context)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   // With a key, a live job holding it wins: nothing is written and its id is looked up
   // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
   insertKeyed: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     created_at, trace_context)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
@@ -158,6 +159,11 @@ export const sql = {
   purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
   purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
   expire: `${sweepExpired} WHERE ${expiredAt}`,
+  // What `expire` is about to sweep, by queue (the same transaction; for the metrics).
+  expiring: `SELECT queue, count(*) AS count FROM __alkstore_jobs WHERE ${expiredAt} GROUP BY queue`,
+  // The lapsed leases a lapsed-path claim of `?4` rows can pick (`candidates`' lapsed side), to mark them.
+  lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
+      ORDER BY priority DESC, run_at, id LIMIT ?4`,
   purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
 } as const
 
@@ -202,6 +208,8 @@ export const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a
 
 export const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 export const expireSql = numbered(sql.expire)
+export const expiringSql = numbered(sql.expiring)
+export const lapsedCandidatesSql = numbered(sql.lapsedCandidates)
 export const expireKeyHolderSql = numbered(sql.expireKeyHolder)
 export const requeueExpireHolderSql = numbered(sql.requeueExpireHolder)
 export const requeueDeadSql = numbered(sql.requeueDead)

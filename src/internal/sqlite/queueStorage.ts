@@ -9,6 +9,8 @@ import {
   claimSql,
   expireKeyHolderSql,
   expireSql,
+  expiringSql,
+  lapsedCandidatesSql,
   minOf,
   nextDeadlineSql,
   readinessSql,
@@ -20,12 +22,34 @@ import {
 } from "./queueStatements.js"
 
 /**
- * Keeps the claimed rows of one claim round; whether another round is due
- * (candidates moved to dead do not count toward `wanted`).
+ * Keeps the claimed rows of one claim round, and the candidates it moved to
+ * dead apart; whether another round is due (those do not count toward `wanted`).
  */
-const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array<JobRow>): boolean => {
-  for (const row of rows) if (row.state === "claimed") claimed.push(row)
-  return rows.length === wanted && rows.some((row) => row.state !== "claimed")
+const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array<JobRow>, died: Array<JobRow>): boolean => {
+  let dead = false
+  for (const row of rows) {
+    if (row.state === "claimed") claimed.push(row)
+    else {
+      died.push(row)
+      dead = true
+    }
+  }
+  return rows.length === wanted && dead
+}
+
+/** A claim's answer: the claimed rows in claim order, then those met dead (rare: no copy without them). */
+const claimResult = (claimed: Array<JobRow>, died: ReadonlyArray<JobRow>): ReadonlyArray<JobRow> =>
+  died.length === 0 ? claimed : [...claimed, ...died]
+
+/**
+ * Marks the rows a lapsed-path claim took from a lapsed lease (`lapsedIds`
+ * were read just before, in the same transaction). Only when a lapsed lease
+ * exists, so the common claim pays nothing.
+ */
+const markLapsed = (rows: ReadonlyArray<JobRow>, lapsedIds: ReadonlyArray<{ id: number }>): ReadonlyArray<JobRow> => {
+  if (lapsedIds.length === 0) return rows
+  const ids = new Set(lapsedIds.map((r) => r.id))
+  return rows.map((row) => (row.state === "claimed" && ids.has(row.id) ? { ...row, lapsed: true } : row))
 }
 
 const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.createdAt, job.queue, job.key ?? null])
@@ -60,14 +84,14 @@ const insertNow = (c: DirectConnection, job: NewJob): number =>
 const INSERT_ROWS = 100
 const insertRowsSql: Array<string> = []
 const insertRowsText = (rows: number) =>
-  (insertRowsSql[rows] ??= `${sql.insert}${", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".repeat(rows - 1)}`)
+  (insertRowsSql[rows] ??= `${sql.insert}${", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".repeat(rows - 1)}`)
 
 const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<number> => {
   const ids: Array<number> = new Array(jobs.length)
   for (let from = 0; from < jobs.length; from += INSERT_ROWS) {
     const to = Math.min(jobs.length, from + INSERT_ROWS)
     // Written in place (no array per job): a batch is where a cold process spends its first thousand jobs.
-    const params: Array<string | number | null> = new Array((to - from) * 11)
+    const params: Array<string | number | null> = new Array((to - from) * 12)
     for (let i = from, k = 0; i < to; i++) {
       const job = jobs[i]!
       params[k++] = job.queue
@@ -81,6 +105,7 @@ const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<
       params[k++] = job.expiresAt ?? null
       params[k++] = null // no key: keyed jobs go one by one
       params[k++] = job.createdAt
+      params[k++] = job.traceContext ?? null
     }
     const last = Number(c.run(insertRowsText(to - from), params).lastInsertRowid)
     for (let i = from; i < to; i++) ids[i] = last - (to - 1 - i)
@@ -108,13 +133,17 @@ const claimNow = (c: DirectConnection, queue: string, workerId: string, now: num
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
+  const died: Array<JobRow> = []
   let more = true
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
+    const lapsedIds = ready.lapsed === 1
+      ? c.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+      : []
     const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(rowOf)
-    more = keepClaimed(inClaimOrder(rows), wanted, claimed)
+    more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
   }
-  return claimed
+  return claimResult(claimed, died)
 }
 
 const ackNow = (c: DirectConnection, fence: Fence) => c.run(sql.ack, [fence.id, fence.token]).changes > 0
@@ -156,13 +185,17 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       const ready = (yield* db.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now])))[0]!
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
+      const died: Array<JobRow> = []
       let more = true
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
+        const lapsedIds = ready.lapsed === 1
+          ? yield* db.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+          : []
         const rows = yield* db.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))
-        more = keepClaimed(inClaimOrder(rows), wanted, claimed)
+        more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
       }
-      return claimed
+      return claimResult(claimed, died)
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
@@ -287,9 +320,10 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
+        const expiredByQueue = yield* db.all<{ queue: string; count: number }>(expiringSql.text, expiringSql.bind([now]))
         const expired = yield* db.run(expireSql.text, expireSql.bind([now]))
         const purged = yield* db.run(sql.purgeAllDeadBefore, [purgeDiedBefore])
-        return { expired: expired.changes, purged: purged.changes }
+        return { expired: expired.changes, purged: purged.changes, expiredByQueue }
       }))
   }
 }
