@@ -7,6 +7,9 @@ import {
   claimManySql,
   claimOrder,
   claimSql,
+  type ClaimedColumns,
+  claimedRowOf,
+  claimedRowOfObject,
   expireKeyHolderSql,
   expireSql,
   minOf,
@@ -14,7 +17,6 @@ import {
   readinessSql,
   requeueDeadSql,
   requeueExpireHolderSql,
-  rowOf,
   sql,
   statsSql
 } from "./queueStatements.js"
@@ -108,10 +110,11 @@ const claimNow = (c: DirectConnection, queue: string, workerId: string, now: num
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
+  const toRow = claimedRowOf(queue, workerId, now)
   let more = true
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
-    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(rowOf)
+    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(toRow)
     more = keepClaimed(inClaimOrder(rows), wanted, claimed)
   }
   return claimed
@@ -156,10 +159,11 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       const ready = (yield* db.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now])))[0]!
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
+      const toRow = claimedRowOfObject(queue, workerId, now)
       let more = true
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
-        const rows = yield* db.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))
+        const rows = (yield* db.all<ClaimedColumns>(...claimStatement(ready, queue, workerId, now, wanted))).map(toRow)
         more = keepClaimed(inClaimOrder(rows), wanted, claimed)
       }
       return claimed
