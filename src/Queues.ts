@@ -1,5 +1,5 @@
 /**
- * Durable job queues (CONTRACT §3): enqueue inside the application's own
+ * Durable job queues (docs/contract.md §3): enqueue inside the application's own
  * transaction, claim with a fenced lease, retry on one backoff curve,
  * dead-letter, inspect and repair.
  *

@@ -1,5 +1,5 @@
 /**
- * The interval scheduler, collapsed into queues (CONTRACT §5, seed ADR-009):
+ * The interval scheduler, collapsed into queues (docs/contract.md §5):
  * two registrations and one runner. Nothing fires unless some process runs
  * `runSchedules` (or `runAsStandby`).
  *
