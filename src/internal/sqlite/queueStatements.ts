@@ -53,33 +53,119 @@ const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'e
       claimed_until = NULL, worker_id = NULL`
 
 /**
- * The columns a claim returns: a `JobRow`, in this order (`rowOf` reads them
- * by position on the owned connection). Not `*`: the idempotency key is
- * nobody's business after a claim.
+ * The columns a claim returns, in this order (`claimedRowOf` reads them by
+ * position on the owned connection). Not `*`: the idempotency key is
+ * nobody's business after a claim, and the columns the claim itself set
+ * from its parameters — `queue` (`?3`), `worker_id`, `claimed_until` and
+ * `died_at` (each `?2`, `?1 + visibility_timeout` or `?1` by `state`, see
+ * `claimSet`) — are rebuilt from them in JS: every column a claim returns
+ * costs its copy out of SQLite, a tenth of a batched claim for those four.
  */
-const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
-  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at, trace_context`
+const claimedColumns = `id, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
+  expires_at, claim_token, created_at, last_error, trace_context`
 
-export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
-  id: v[0] as number,
-  queue: v[1] as string,
-  payload: v[2] as string,
-  state: v[3] as JobRow["state"],
-  priority: v[4] as number,
-  run_at: v[5] as number,
-  attempts: v[6] as number,
-  max_attempts: v[7] as number,
-  visibility_timeout: v[8] as number,
-  backoff_base: v[9] as number,
-  expires_at: v[10] as number | null,
-  claimed_until: v[11] as number | null,
-  worker_id: v[12] as string | null,
-  claim_token: v[13] as number,
-  created_at: v[14] as number,
-  last_error: v[15] as string | null,
-  died_at: v[16] as number | null,
-  trace_context: v[17] as string | null
-})
+/** A claimed (or, when it met a candidate expired or spent, buried) row as a `JobRow`, from its returned columns. */
+const claimedRow = (
+  queue: string,
+  workerId: string,
+  now: number,
+  id: number,
+  payload: string,
+  state: JobRow["state"],
+  priority: number,
+  runAt: number,
+  attempts: number,
+  maxAttempts: number,
+  visibilityTimeout: number,
+  backoffBase: number,
+  expiresAt: number | null,
+  claimToken: number,
+  createdAt: number,
+  lastError: string | null,
+  traceContext: string | null
+): JobRow => {
+  const claimed = state === "claimed"
+  return {
+    id,
+    queue,
+    payload,
+    state,
+    priority,
+    run_at: runAt,
+    attempts,
+    max_attempts: maxAttempts,
+    visibility_timeout: visibilityTimeout,
+    backoff_base: backoffBase,
+    expires_at: expiresAt,
+    claimed_until: claimed ? now + visibilityTimeout : null,
+    worker_id: claimed ? workerId : null,
+    claim_token: claimToken,
+    created_at: createdAt,
+    last_error: lastError,
+    died_at: claimed ? null : now,
+    trace_context: traceContext
+  }
+}
+
+/** A claim's returned row (`claimedColumns` by position) as a `JobRow`. */
+export const claimedRowOf = (queue: string, workerId: string, now: number) => (v: ReadonlyArray<unknown>): JobRow =>
+  claimedRow(
+    queue,
+    workerId,
+    now,
+    v[0] as number,
+    v[1] as string,
+    v[2] as JobRow["state"],
+    v[3] as number,
+    v[4] as number,
+    v[5] as number,
+    v[6] as number,
+    v[7] as number,
+    v[8] as number,
+    v[9] as number | null,
+    v[10] as number,
+    v[11] as number,
+    v[12] as string | null,
+    v[13] as string | null
+  )
+
+/** The same from a row object (an application's client returns objects). */
+export interface ClaimedColumns {
+  readonly id: number
+  readonly payload: string
+  readonly state: JobRow["state"]
+  readonly priority: number
+  readonly run_at: number
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly visibility_timeout: number
+  readonly backoff_base: number
+  readonly expires_at: number | null
+  readonly claim_token: number
+  readonly created_at: number
+  readonly last_error: string | null
+  readonly trace_context: string | null
+}
+export const claimedRowOfObject = (queue: string, workerId: string, now: number) => (r: ClaimedColumns): JobRow =>
+  claimedRow(
+    queue,
+    workerId,
+    now,
+    r.id,
+    r.payload,
+    r.state,
+    r.priority,
+    r.run_at,
+    r.attempts,
+    r.max_attempts,
+    r.visibility_timeout,
+    r.backoff_base,
+    r.expires_at,
+    r.claim_token,
+    r.created_at,
+    r.last_error,
+    r.trace_context
+  )
 
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 export const sql = {
@@ -107,11 +193,11 @@ export const sql = {
   // lease), or moves it to dead when it meets it expired or spent. The
   // single-row form (`id = (…)`) matters outside a batch: `id IN (…)` makes
   // SQLite two-pass the update with a statement journal.
-  claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${jobColumns}`,
-  claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${jobColumns}`,
+  claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${claimedColumns}`,
+  claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${claimedColumns}`,
   // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
-  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${jobColumns}`,
-  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${jobColumns}`,
+  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${claimedColumns}`,
+  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${claimedColumns}`,
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,

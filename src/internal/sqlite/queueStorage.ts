@@ -7,6 +7,9 @@ import {
   claimManySql,
   claimOrder,
   claimSql,
+  type ClaimedColumns,
+  claimedRowOf,
+  claimedRowOfObject,
   expireKeyHolderSql,
   expireSql,
   expiringSql,
@@ -16,7 +19,6 @@ import {
   readinessSql,
   requeueDeadSql,
   requeueExpireHolderSql,
-  rowOf,
   sql,
   statsSql
 } from "./queueStatements.js"
@@ -134,13 +136,14 @@ const claimNow = (c: DirectConnection, queue: string, workerId: string, now: num
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
   const died: Array<JobRow> = []
+  const toRow = claimedRowOf(queue, workerId, now)
   let more = true
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
     const lapsedIds = ready.lapsed === 1
       ? c.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
       : []
-    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(rowOf)
+    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(toRow)
     more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
   }
   return claimResult(claimed, died)
@@ -186,13 +189,14 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
       const died: Array<JobRow> = []
+      const toRow = claimedRowOfObject(queue, workerId, now)
       let more = true
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
         const lapsedIds = ready.lapsed === 1
           ? yield* db.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
           : []
-        const rows = yield* db.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))
+        const rows = (yield* db.all<ClaimedColumns>(...claimStatement(ready, queue, workerId, now, wanted))).map(toRow)
         more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
       }
       return claimResult(claimed, died)
