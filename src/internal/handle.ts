@@ -137,10 +137,14 @@ export const makeHandles = <A>(
   queueName: string,
   storage: QueueStorage,
   signal: (count: number) => Effect.Effect<void>,
-  codec: PayloadCodec<A>
+  codec: PayloadCodec<A>,
+  /** After an ack or a death: wakes waiters a limited queue held back (flow control). */
+  freed: Effect.Effect<void, SqlError> = Effect.void
 ) => {
+  const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
-  const bury = (fence: Fence, error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
+  const bury = (fence: Fence, error: string | undefined) =>
+    Effect.flatMap(now, (at) => storage.bury(fence, at, error)).pipe(Effect.tap(freeing))
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
@@ -154,7 +158,7 @@ export const makeHandles = <A>(
       return this.view
     }
     get ack() {
-      return storage.ack(this.fence)
+      return Effect.tap(storage.ack(this.fence), freeing)
     }
     get release() {
       return Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(

@@ -20,6 +20,8 @@ import {
 import { type ClaimHandle, makeHandles, oldestPendingAge, settle, storedJob } from "./handle.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import type { WakeReason } from "./wake.js"
+import type { FlowProbe } from "./engine.js"
+import { makeLimits } from "./limits.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -45,7 +47,10 @@ export const makeQueue = <A>(
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
 
-  const { toHandles } = makeHandles(name, storage, signal, codec)
+  const flow = engine.flow
+  // A slot of a limited queue freed (ack, death, cancel): wake a waiter here, and other processes.
+  const freed = Effect.suspend(() => (flow.memory.known(name) ? Effect.zipRight(signal(1), flow.freed(name)) : Effect.void))
+  const { toHandles } = makeHandles(name, storage, signal, codec, freed)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
@@ -80,15 +85,26 @@ export const makeQueue = <A>(
           Effect.gen(function*() {
             const at = yield* now
             // A signal from this process means work is there: claim at once. Any
-            // other wake asks with a read first, so idle waiters never write.
-            const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
+            // other wake asks with a read first, so idle waiters never write; on a
+            // queue seen limited that read is the flow walk's (docs/flow-control.md).
+            let probe: FlowProbe | undefined
+            const look = reason === "signalled" ||
+              (flow.memory.known(name)
+                ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
+                : yield* storage.hasClaimable(name, at))
             const handles = look ? yield* claimUpTo(workerId, n) : []
             if (handles.length > 0) {
               ticket.cancel()
               engine.wake.signal(name, 1) // pass the baton: there may be more
               return handles
             }
-            const deadline = yield* storage.nextDeadline(name, at)
+            // Held back by a limit: also wake when its rate window admits the next claim.
+            if (probe === undefined && flow.memory.known(name)) probe = yield* flow.probe(name, at)
+            const reopenAt = probe?.reopenAt ?? null
+            const deadline = Option.map(
+              yield* storage.nextDeadline(name, at),
+              (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
+            ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const wakeAfter = Option.match(deadline, {
               onNone: () => engine.settings.fallbackPollMillis,
               onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
@@ -192,7 +208,8 @@ export const makeQueue = <A>(
     visibilityTimeoutMillis: resolved.visibilityTimeoutMillis,
     backoffBaseMillis: resolved.backoffBaseMillis,
     expiresAt: resolved.expiresAt,
-    key: resolved.key
+    key: resolved.key,
+    group: resolved.group
   })
 
   return {
@@ -271,7 +288,9 @@ export const makeQueue = <A>(
           }
           fences.push(fence)
         }
-        return fences.length === 0 ? Effect.succeed([]) : storage.ackMany(fences)
+        return fences.length === 0
+          ? Effect.succeed([])
+          : Effect.tap(storage.ackMany(fences), (acked) => (acked.includes(true) ? freed : Effect.void))
       }),
     take: (workerId) =>
       Effect.zipRight(
@@ -304,16 +323,18 @@ export const makeQueue = <A>(
       })),
     process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
-    cancel: (id) => storage.cancel(name, id),
+    cancel: (id) => Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
     stats: Effect.gen(function*() {
       const at = yield* now
       const row = yield* storage.stats(name, at)
+      const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
       return {
         pending: row.pending,
         scheduled: row.scheduled,
         claimed: row.claimed,
         dead: row.dead,
-        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt)
+        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt),
+        heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
       }
     }),
     dead: (opts) =>
@@ -346,6 +367,7 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
     maintenance: Effect.gen(function*() {
       const at = yield* Clock.currentTimeMillis
       return yield* engine.queues.maintenance(at, at - engine.settings.deadRetentionMillis)
-    }).pipe(Effect.withSpan("Queues.maintenance"))
+    }).pipe(Effect.withSpan("Queues.maintenance")),
+    ...makeLimits(engine)
   }
 })

@@ -51,7 +51,8 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
         visibilityTimeoutMillis: queueDefaults.visibilityTimeoutMillis,
         backoffBaseMillis: queueDefaults.backoffBaseMillis,
         expiresAt: schedule.expires_ms === null ? undefined : boundary + schedule.expires_ms,
-        key: undefined
+        key: undefined,
+        group: ""
       }))
       if (jobs.length > 0) yield* engine.queues.insert(jobs)
       // The row's own name (and target queue) as read back: safe only because every name is
