@@ -128,15 +128,18 @@ const claimNow = (
   workerId: string,
   now: number,
   limit: number,
-  memory: FlowMemory
+  memory: FlowMemory,
+  /** Whether `c` is inside a transaction already (else the flow walk opens one). */
+  open: boolean
 ): ReadonlyArray<JobRow> => {
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.limited === 1) {
     // Flow control: the walk decides, in a write transaction (docs/flow-control.md).
-    const outcome = c.transaction(() => flowWalkNow(c, queue, workerId, now, limit, "claim"))
+    const walk = () => flowWalkNow(c, queue, workerId, now, limit, "claim")
+    const outcome = open ? walk() : c.transaction(walk)
     memory.saw(queue, outcome.limited)
     if (outcome.limited) return outcome.rows
-    return claimNow(c, queue, workerId, now, limit, memory) // the limits went meanwhile
+    return claimNow(c, queue, workerId, now, limit, memory, open) // the limits went meanwhile
   }
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
@@ -217,7 +220,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
 
   const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
   (c: DirectConnection) =>
-    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory) }))
+    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory, true) }))
 
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
@@ -245,8 +248,8 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
       claim: (queue, workerId, now, limit) =>
         direct((c) =>
           limit === 1
-            ? claimNow(c, queue, workerId, now, 1, memory)
-            : c.transaction(() => claimNow(c, queue, workerId, now, limit, memory))
+            ? claimNow(c, queue, workerId, now, 1, memory, false)
+            : c.transaction(() => claimNow(c, queue, workerId, now, limit, memory, true))
         ),
       ack: (fence) => direct((c) => ackNow(c, fence)),
       ackMany: (fences) => direct((c) => c.transaction(() => fences.map((fence) => ackNow(c, fence)))),
