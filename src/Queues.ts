@@ -2,6 +2,8 @@
  * Durable job queues (CONTRACT §3): enqueue inside the application's own
  * transaction, claim with a fenced lease, retry on one backoff curve,
  * dead-letter, inspect and repair.
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option, type Schema, type Stream } from "effect"
@@ -15,6 +17,7 @@ import type {
   ReservedName
 } from "./StoreError.js"
 
+/** A job's id: a positive integer, unique in the store and never reused. */
 export type JobId = number
 
 /** A job as stored. Instants are `DateTime.Utc`, durations `Duration`. */
@@ -63,6 +66,7 @@ export interface JobHandle<A = unknown> {
   readonly release: Effect.Effect<boolean, SqlError>
 }
 
+/** A queue's depths by state (`Queue.stats`). */
 export interface QueueStats {
   /** Due now. */
   readonly pending: number
@@ -115,6 +119,7 @@ export interface QueueOpts {
   readonly expires?: Duration.DurationInput
 }
 
+/** One enqueue's options, over the handle's defaults. */
 export interface EnqueueOpts {
   /** Safe integer, higher first; default 0. */
   readonly priority?: number
@@ -132,6 +137,7 @@ export interface EnqueueOpts {
   readonly group?: string
 }
 
+/** `Queue.process`'s (and `OutboxHandle.run`'s) options. */
 export interface ProcessOpts {
   /** Handlers running at once; default 1. */
   readonly concurrency?: number
@@ -139,15 +145,24 @@ export interface ProcessOpts {
   readonly heartbeat?: boolean
 }
 
+/** `Queue.stream`'s options. */
 export interface StreamOpts {
   /** Claim up to this many jobs per round trip; default 1. */
   readonly batch?: number
 }
 
+/** What a waiting operation (`take`, `stream`, `process`) can fail with besides bad options. */
 export type WaitError = DatabaseReplaced | SqlError
 
+/**
+ * A handle on one queue: enqueue, claim (at once, waiting, as a stream or in a
+ * worker pool), inspect and repair. `A` is the payload type (`unknown`
+ * unless the queue was opened with a `schema`).
+ */
 export interface Queue<A = unknown> {
+  /** The queue's name. */
   readonly name: string
+  /** Writes one job and returns its id; joins the caller's transaction on the store's client. */
   readonly enqueue: (payload: A, opts?: EnqueueOpts) => Effect.Effect<JobId, InvalidOptions | InvalidPayload | SqlError>
   /**
    * All rows in one transaction, ids in input order; one invalid payload
@@ -158,7 +173,9 @@ export interface Queue<A = unknown> {
     payloads: Iterable<A>,
     opts?: EnqueueOpts
   ) => Effect.Effect<ReadonlyArray<JobId>, InvalidOptions | InvalidPayload | SqlError>
+  /** Claims the next claimable job now, if any (priority, then `runAt`, then id). */
   readonly claim: (workerId: string) => Effect.Effect<Option.Option<JobHandle<A>>, InvalidOptions | SqlError>
+  /** Claims up to `n` claimable jobs in one transaction. */
   readonly claimBatch: (
     workerId: string,
     n: number
@@ -189,6 +206,7 @@ export interface Queue<A = unknown> {
   readonly getJob: (id: JobId) => Effect.Effect<Option.Option<Job<unknown>>, SqlError>
   /** Deletes a pending or claimed job of this queue. */
   readonly cancel: (id: JobId) => Effect.Effect<boolean, SqlError>
+  /** Depths by state and the oldest due job's age. */
   readonly stats: Effect.Effect<QueueStats, SqlError>
   /** Dead jobs, newest `diedAt` first; default limit 100. */
   readonly dead: (opts?: { readonly limit?: number }) => Effect.Effect<ReadonlyArray<Job<unknown>>, InvalidOptions | SqlError>
@@ -198,12 +216,21 @@ export interface Queue<A = unknown> {
   readonly purgeDead: (olderThan?: Duration.DurationInput) => Effect.Effect<number, InvalidOptions | SqlError>
 }
 
+/** What one `Queues.maintenance` run did. */
 export interface MaintenanceResult {
+  /** Jobs moved to dead as `"expired"`. */
   readonly expired: number
+  /** Dead jobs deleted past the retention. */
   readonly purged: number
 }
 
+/** The `Queues` service. */
 export interface QueuesShape {
+  /**
+   * A handle on the queue `name` (validated, nothing written). With
+   * `schema`, payloads are encoded on enqueue and decoded on claim; a row
+   * that fails to decode goes to dead and never reaches a handler.
+   */
   readonly queue: {
     <A, I>(
       name: string,
@@ -232,6 +259,7 @@ export interface QueuesShape {
   readonly clearLimits: (name: string) => Effect.Effect<boolean, InvalidName | ReservedName | SqlError>
 }
 
+/** Durable job queues; every store layer provides it. */
 export class Queues extends Context.Tag("alkstore/Queues")<Queues, QueuesShape>() {}
 
 /** Builds the service over an engine. */

@@ -2,6 +2,8 @@
  * The interval scheduler, collapsed into queues (CONTRACT §5, seed ADR-009):
  * two registrations and one runner. Nothing fires unless some process runs
  * `runSchedules` (or `runAsStandby`).
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option } from "effect"
@@ -17,6 +19,7 @@ import type {
   ReservedName
 } from "./StoreError.js"
 
+/** Options stamped onto every job a schedule fires. */
 export interface ScheduleOpts {
   /** Priority of each fired job; default 0. */
   readonly priority?: number
@@ -41,6 +44,7 @@ export interface Schedule {
   readonly nextFireAt: DateTime.Utc
 }
 
+/** The `Scheduler` service. */
 export interface SchedulerShape {
   /**
    * Registers (upserts by name) a schedule firing `payload` into `queue` at
@@ -73,8 +77,11 @@ export interface SchedulerShape {
   readonly runAsStandby: Effect.Effect<never, DatabaseReplaced | SqlError>
 }
 
+/** The interval scheduler; every store layer provides it. */
 export class Scheduler extends Context.Tag("alkstore/Scheduler")<Scheduler, SchedulerShape>() {}
 
+/** Builds the service over an engine (a store layer does this for you). */
 export const make: Effect.Effect<SchedulerShape, never, Engine> = internal.makeScheduler
 
+/** The service over the engine a store layer provides. */
 export const layer: Layer.Layer<Scheduler, never, Engine> = Layer.effect(Scheduler, make)

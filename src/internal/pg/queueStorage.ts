@@ -47,6 +47,40 @@ export const queueStatements = (s: string, n: Notifier) => {
       AND (state <> 'claimed' OR claimed_until <= $1::bigint)`
   const sweepExpired = `UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
       claimed_until = NULL, worker_id = NULL`
+  /**
+   * The claim's candidates and the promotion of due scheduled rows, as CTEs
+   * ($1 now, $3 queue, $4 how many; `exclude` narrows the lapsed leases).
+   * Candidates come from the pending index, the lapsed leases' index and a
+   * bounded batch of due scheduled rows (the oldest 1000), each taken FOR
+   * UPDATE SKIP LOCKED: rows another claimer holds are skipped, never waited
+   * for, so no row is claimed twice. `picked` is the best `$4` in contract
+   * order (priority, then run_at, then id); the other due scheduled rows move
+   * into the claim index (`pending`) in the same statement (a row is modified
+   * once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the writes on
+   * the primary key whatever the planner estimates.
+   * (Flow control: a queue with limits claims nothing here; `lim.limited`
+   * sends it to the flow walk, docs/flow-control.md — one primary-key probe.)
+   */
+  const claimCtes = (exclude: string) => `lim AS MATERIALIZED (
+        SELECT EXISTS (SELECT 1 FROM ${s}.__alkstore_flow_limits WHERE queue = $3) AS limited
+      ), due AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
+          AND NOT (SELECT limited FROM lim)
+        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
+      ), pending AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending' AND NOT (SELECT limited FROM lim)
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), lapsed AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
+          AND NOT (SELECT limited FROM lim) ${exclude}
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), picked AS MATERIALIZED (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4
+      ), promoted AS (
+        UPDATE ${jobs} SET state = 'pending'
+        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
+      )`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
       created_at, group_key, flow_round)`
@@ -72,38 +106,27 @@ export const queueStatements = (s: string, n: Notifier) => {
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
-    // One statement, one round trip: candidates come from the pending index, the lapsed leases'
-    // index and a bounded batch of due scheduled rows (the oldest 1000), each taken FOR UPDATE SKIP
-    // LOCKED (rows another claimer holds are skipped, never waited for); the best `$4` are claimed
-    // and the other due scheduled rows move into the claim index (`pending`) in the same
-    // statement (a row is modified once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the
-    // writes on the primary key whatever the planner estimates. $1 now, $2 worker, $3 queue.
-    // (Flow control: a queue with limits claims nothing here; `limited` sends it to the flow walk,
-    // docs/flow-control.md. One primary-key probe; the LEFT JOIN answers it even when nothing is claimed.)
-    claim: `WITH lim AS MATERIALIZED (
-        SELECT EXISTS (SELECT 1 FROM ${s}.__alkstore_flow_limits WHERE queue = $3) AS limited
-      ), due AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
-          AND NOT (SELECT limited FROM lim)
-        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
-      ), pending AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending' AND NOT (SELECT limited FROM lim)
-        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-      ), lapsed AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
-          AND NOT (SELECT limited FROM lim)
-        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-      ), picked AS MATERIALIZED (
-        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
-        ORDER BY priority DESC, run_at, id LIMIT $4
-      ), promoted AS (
-        UPDATE ${jobs} SET state = 'pending'
-        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
-      ), claimed AS (
+    // One statement, one round trip (autocommit outside a transaction: one commit):
+    // the claim's CTEs (below) then the claim's writes.
+    // (A single row of NULL job columns when nothing was claimed, so `limited` always comes back.)
+    claim: `WITH ${claimCtes("")}, claimed AS (
         ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
         RETURNING ${jobColumns("j")}
       )
       SELECT c.*, lim.limited FROM lim LEFT JOIN claimed AS c ON true`,
+    // A worker's step between two jobs, one statement (one round trip, one commit): the fenced ack
+    // of job $5 under claim token $6 (exactly `ack`: deleted only while claimed under that token), then
+    // the claim above. All CTEs see one snapshot, in which the acked row is `claimed`: never a pending
+    // or due candidate, and excluded from the lapsed ones by id (its lease may have lapsed while the
+    // token is still its own), so no row is both deleted and claimed. One row per claimed job, or a
+    // single row of NULL job columns when none was; `acked` (0 or 1) on every row.
+    ackAndClaim: `WITH done AS (
+        DELETE FROM ${jobs} WHERE id = $5::bigint AND claim_token = $6::bigint AND state = 'claimed' RETURNING id
+      ), ${claimCtes("AND id <> $5::bigint")}, claimed AS (
+        ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        RETURNING ${jobColumns("j")}
+      )
+      SELECT (SELECT count(*) FROM done) AS acked, lim.limited, c.* FROM lim LEFT JOIN claimed AS c ON true`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
     // (an EXISTS drops the order, and may then scan the table for the first match).
     anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
@@ -243,28 +266,56 @@ export const makeQueueStorage = (
     }))
   }
 
-  /** Claims in rounds: candidates met dead do not count toward `limit`. A limited queue goes to the flow walk. */
-  const claimRounds = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<Array<JobRow>, SqlError> =>
+  /**
+   * Claims in rounds: candidates met dead do not count toward `limit`.
+   * `first` is a first round already run (the fused ack + claim's), or none.
+   */
+  const claimRounds = (
+    queue: string,
+    workerId: string,
+    now: number,
+    limit: number,
+    first?: ReadonlyArray<JobRow>
+  ): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
+      let rows = first
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
-        const raw = yield* db.all(sql.claim, [now, workerId, queue, wanted])
-        if (raw[0]?.limited === true) {
-          const outcome = yield* db.transaction(flowClaim(queue, workerId, now, limit))
-          memory.saw(queue, outcome.limited)
-          if (outcome.limited) return [...outcome.rows]
-          return yield* claimRounds(queue, workerId, now, limit)
+        if (rows === undefined) {
+          const raw = yield* db.all(sql.claim, [now, workerId, queue, wanted])
+          if (raw[0]?.limited === true) return yield* limitedClaim(queue, workerId, now, limit)
+          rows = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
         }
-        const rows = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
         for (const row of rows) if (row.state === "claimed") claimed.push(row)
         if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
+        rows = undefined
       }
       return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
     })
 
+  // Flow control: the walk, in its own transaction (or the caller's), serialised on the limits row.
+  const limitedClaim = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
+    Effect.flatMap(db.transaction(flowClaim(queue, workerId, now, limit)), (outcome) => {
+      memory.saw(queue, outcome.limited)
+      return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, now, limit)
+    })
+
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
     claimRounds(queue, workerId, now, limit)
+
+  // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
+  const ackAndClaim = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
+    Effect.gen(function*() {
+      const raw = yield* db.all<Record<string, unknown>>(
+        sql.ackAndClaim,
+        [now, workerId, queue, limit, fence.id, fence.token]
+      )
+      const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
+      if (raw[0]?.limited === true) return { acked: acked === true, rows: yield* limitedClaim(queue, workerId, now, limit) }
+      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
+      return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
+    })
 
   const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
 
@@ -291,8 +342,7 @@ export const makeQueueStorage = (
           return fences.map((fence) => set.has(fence.id))
         }
       ),
-    ackAndClaim: (fence, queue, workerId, now, limit) =>
-      db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
+    ackAndClaim,
     retry: (fence, runAt, now, error) =>
       fenced(sql.retry, [runAt, now, error ?? null], fence, notifier.params),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
