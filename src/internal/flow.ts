@@ -32,9 +32,6 @@ export interface Candidate {
   readonly runAt: number
   readonly group: string
   readonly state: "pending" | "scheduled" | "claimed"
-  readonly expiresAt: number | null
-  readonly attempts: number
-  readonly maxAttempts: number
 }
 
 /** What the walk asks of storage, bound to one queue, one instant and one worker. */
@@ -93,15 +90,17 @@ export type FlowOutcome =
  */
 export type FlowMode = "claim" | "probe" | "count"
 
-const PAGE = 32
+/**
+ * Candidates are read in pages from the flow index (covering: a page costs
+ * no table lookups), the first as large as the claim, then growing: most
+ * claims take the first candidate they see.
+ */
+const FIRST_PAGE_MAX = 32
+const PAGE_MAX = 256
 const groupScope = (group: string) => `#${group}`
 
 export const walkOrder = (a: Candidate, b: Candidate) =>
   b.priority - a.priority || a.round - b.round || a.runAt - b.runAt || a.id - b.id
-
-/** Expired or out of attempts: a claim moves it to dead instead (CONTRACT §3). */
-const doomed = (c: Candidate, now: number) =>
-  (c.expiresAt !== null && c.expiresAt <= now) || c.attempts >= c.maxAttempts
 
 interface GroupState {
   blocked: boolean
@@ -144,25 +143,22 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
 
   const extra = [...(yield* call("lapsed")), ...(dry ? yield* call("dueScheduled", mode === "probe" ? 1000 : 1_000_000) : [])]
     .sort(walkOrder)
-  let page: ReadonlyArray<Candidate> = budget > 0 ? yield* call("pending", undefined, PAGE) : []
-  let more = page.length === PAGE
+  let size = Math.max(1, Math.min(budget, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+  let page: ReadonlyArray<Candidate> = budget > 0 ? yield* call("pending", undefined, size) : []
+  let more = page.length === size
   let i = 0
   let j = 0
   while (budget > 0) {
     if (i >= page.length && more) {
-      page = yield* call("pending", page[page.length - 1], PAGE)
-      more = page.length === PAGE
+      size = Math.min(PAGE_MAX, size * 4)
+      page = yield* call("pending", page[page.length - 1], size)
+      more = page.length === size
       i = 0
     }
     const p = page[i]
     const e = extra[j]
     if (p === undefined && e === undefined) break
     const c = p !== undefined && (e === undefined || walkOrder(p, e) <= 0) ? page[i++]! : extra[j++]!
-    if (doomed(c, now)) {
-      // A claim meeting it moves it to dead (the same rule as the claim's own CASE); it takes no slot.
-      if (!dry) yield* call("claim", c.id)
-      continue
-    }
     let group = groups.get(c.group)
     if (group?.blocked === true) continue
     if (groupLimited) {
@@ -205,6 +201,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     if (!dry) {
       const row = yield* call("claim", c.id)
       if (row === undefined) continue // settled meanwhile by its owner
+      // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
       if (row.state !== "claimed") continue
       rows.push(row)
     }

@@ -28,7 +28,9 @@ const statements = (s: string) => {
   const jobs = `${s}.__alkstore_jobs`
   const limits = `${s}.__alkstore_flow_limits`
   const log = `${s}.__alkstore_flow_log`
-  const candidate = `id, priority, flow_round AS round, run_at, group_key, state, expires_at, attempts, max_attempts`
+  const candidate = `id, priority, flow_round AS round, run_at, group_key, state`
+  // The pending pages read the flow index alone (an index-only scan: it holds every column named here).
+  const pendingCandidate = `id, priority, flow_round AS round, run_at, group_key, 'pending' AS state`
   const order = `ORDER BY priority DESC, flow_round, run_at, id`
   const pending = `queue = $1 AND state = 'pending' AND flow_round IS NOT NULL`
   const limitsColumns = `concurrency, rate_limit, rate_per, group_concurrency, group_rate_limit, group_rate_per, current_round`
@@ -37,10 +39,10 @@ const statements = (s: string) => {
     lockLimits: `SELECT ${limitsColumns} FROM ${limits} WHERE queue = $1 FOR UPDATE`,
     promote: `UPDATE ${jobs} SET state = 'pending' WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint`,
     inFlight: `SELECT count(*) AS n FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint`,
-    pendingFirst: `SELECT ${candidate} FROM ${jobs} WHERE ${pending} ${order} LIMIT $2`,
-    pendingSame: `SELECT ${candidate} FROM ${jobs} WHERE ${pending} AND priority = $2::bigint
+    pendingFirst: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} ${order} LIMIT $2`,
+    pendingSame: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority = $2::bigint
       AND (flow_round, run_at, id) > ($3::bigint, $4::bigint, $5::bigint) ${order} LIMIT $6`,
-    pendingLower: `SELECT ${candidate} FROM ${jobs} WHERE ${pending} AND priority < $2::bigint ${order} LIMIT $3`,
+    pendingLower: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority < $2::bigint ${order} LIMIT $3`,
     lapsed: `SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint
       AND flow_round IS NOT NULL LIMIT 1000`,
     dueScheduled: `SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
@@ -93,10 +95,7 @@ const toCandidate = (r: Row): Candidate => ({
   round: int(r.round, "round"),
   runAt: int(r.run_at, "run_at"),
   group: r.group_key as string,
-  state: r.state as Candidate["state"],
-  expiresAt: intOrNull(r.expires_at, "expires_at"),
-  attempts: int(r.attempts, "attempts"),
-  maxAttempts: int(r.max_attempts, "max_attempts")
+  state: r.state as Candidate["state"]
 })
 
 const limitsParams = (queue: string, l: ResolvedLimits, now: number): Array<Param> => [

@@ -23,8 +23,9 @@ import { claimSet, jobColumns, numbered, rowOf, sql as queueSql } from "./queueS
  * other writer of the file, so the walk's counts cannot go stale under it.
  */
 
-const candidateColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", state,
-  expires_at AS expiresAt, attempts, max_attempts AS maxAttempts`
+const candidateColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", state`
+// The pending pages read the flow index alone (it holds every column named here).
+const pendingColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", 'pending' AS state`
 const flowOrder = `ORDER BY priority DESC, flow_round, run_at, id`
 const pendingWhere = `queue = ?1 AND state = 'pending' AND flow_round IS NOT NULL`
 
@@ -33,10 +34,10 @@ const sql = {
       group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound
     FROM __alkstore_flow_limits WHERE queue = ?`,
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
-  pendingFirst: numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT ?2`),
-  pendingSame: numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
+  pendingFirst: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT ?2`),
+  pendingSame: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
       AND priority = ?2 AND (flow_round, run_at, id) > (?3, ?4, ?5) ${flowOrder} LIMIT ?6`),
-  pendingLower: numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
+  pendingLower: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
       AND priority < ?2 ${flowOrder} LIMIT ?3`),
   lapsed: `SELECT ${candidateColumns} FROM __alkstore_jobs
     WHERE queue = ? AND state = 'claimed' AND claimed_until <= ? AND flow_round IS NOT NULL LIMIT 1000`,
