@@ -83,11 +83,13 @@ type Run = (text: string, params: ReadonlyArray<Param>) => void
 
 /** The walk's operations for one queue, instant and worker over a statement runner. */
 const opsOver = (all: Rows, run: Run, claimRow: (params: ReadonlyArray<Param>) => JobRow | undefined) =>
-(queue: string, workerId: string, now: number): FlowOps => {
+(queue: string, workerId: string, now: number, ready: Readiness): FlowOps => {
   const count = (text: string, params: ReadonlyArray<Param>) => all<{ n: number }>(text, params)[0]?.n ?? 0
   return {
     limits: () => all<LimitsRow>(sql.limits, [queue])[0],
-    promote: () => run(queueSql.promoteDue, [queue, now]),
+    promote: () => {
+      if (ready.due) run(queueSql.promoteDue, [queue, now])
+    },
     inFlight: () => count(sql.inFlight, [queue, now]),
     pending: (after, size) => {
       if (after === undefined) return all<Candidate>(sql.pendingFirst.text, sql.pendingFirst.bind([queue, size]))
@@ -99,7 +101,7 @@ const opsOver = (all: Rows, run: Run, claimRow: (params: ReadonlyArray<Param>) =
       const lower = all<Candidate>(sql.pendingLower.text, sql.pendingLower.bind([queue, after.priority, size - same.length]))
       return same.length === 0 ? lower : [...same, ...lower]
     },
-    lapsed: () => all<Candidate>(sql.lapsed, [queue, now]),
+    lapsed: () => (ready.lapsed ? all<Candidate>(sql.lapsed, [queue, now]) : []),
     dueScheduled: (size) => all<Candidate>(sql.dueScheduled, [queue, now, size]),
     groupInFlight: (group) => count(sql.groupInFlight, [queue, group, now]),
     groupAhead: (group, round, id, cap) => count(sql.groupAhead.text, sql.groupAhead.bind([queue, group, round, id, cap])),
@@ -112,8 +114,27 @@ const opsOver = (all: Rows, run: Run, claimRow: (params: ReadonlyArray<Param>) =
   }
 }
 
+/**
+ * What the claim's readiness read already told (inside the same write lock):
+ * whether due scheduled rows wait for promotion, and whether any lease
+ * lapsed. Unknown: both looked for.
+ */
+export interface Readiness {
+  readonly due: boolean
+  readonly lapsed: boolean
+}
+const unknown: Readiness = { due: true, lapsed: true }
+
 /** The walk on the store's own connection, synchronously (inside the caller's transaction). */
-export const flowWalkNow = (c: DirectConnection, queue: string, workerId: string, now: number, n: number, mode: FlowMode) =>
+export const flowWalkNow = (
+  c: DirectConnection,
+  queue: string,
+  workerId: string,
+  now: number,
+  n: number,
+  mode: FlowMode,
+  ready: Readiness = unknown
+) =>
   runSync(
     flowWalk(now, n, mode),
     opsOver(
@@ -123,7 +144,7 @@ export const flowWalkNow = (c: DirectConnection, queue: string, workerId: string
         const row = c.values(sql.claim.text, params)[0]
         return row === undefined ? undefined : rowOf(row)
       }
-    )(queue, workerId, now)
+    )(queue, workerId, now, ready)
   )
 
 /** The walk's operations as effects, over an application's client. */

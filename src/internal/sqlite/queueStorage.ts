@@ -135,7 +135,11 @@ const claimNow = (
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.limited === 1) {
     // Flow control: the walk decides, in a write transaction (docs/flow-control.md).
-    const walk = () => flowWalkNow(c, queue, workerId, now, limit, "claim")
+    // What the readiness read says holds under this claim's write lock: read again once it is taken.
+    const walk = () => {
+      const under = open ? ready : c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
+      return flowWalkNow(c, queue, workerId, now, limit, "claim", { due: under.due === 1, lapsed: under.lapsed === 1 })
+    }
     const outcome = open ? walk() : c.transaction(walk)
     memory.saw(queue, outcome.limited)
     if (outcome.limited) return outcome.rows
