@@ -199,6 +199,8 @@ export interface ScheduleRow {
   readonly priority: number
   readonly max_attempts: number
   readonly expires_ms: number | null
+  /** `''` for none. */
+  readonly group_key: string
   readonly next_fire_at: number
   readonly created_at: number
   readonly updated_at: number
@@ -213,6 +215,8 @@ export interface NewSchedule {
   readonly priority: number
   readonly maxAttempts: number
   readonly expiresMillis: number | undefined
+  /** `''` for none; stored after `newScheduleValues`' columns. */
+  readonly group: string
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
-import { Queues } from "../../src/index.js"
+import { Outbox, Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import { advance, claimsNothing, mustClaim, queueOf, settle, type StoreServices } from "./support.js"
 
@@ -360,5 +360,34 @@ export const flowContract = (engine: EngineUnderTest) =>
         yield* claimsNothing(q)
         yield* x1.ack
         expect((yield* mustClaim(q, "w")).job.payload).toBe("x2")
+      })))
+  
+    it.effect("ScheduleOpts.group: fired jobs carry the schedule's group (a serial group holds the second fire)", () =>
+      run(Effect.gen(function*() {
+        const scheduler = yield* Scheduler.Scheduler
+        expect(yield* Effect.flip(scheduler.schedule("bad", "@every 1s", "fired", 1, { group: "" }))).toMatchObject({
+          _tag: "InvalidOptions",
+          field: "group"
+        })
+        const registered = yield* scheduler.schedule("tick", "@every 1s", "fired", 1, { group: "g" })
+        expect(registered.opts.group).toEqual(Option.some("g"))
+        yield* setLimits("fired", { groupConcurrency: 1 })
+        const runner = yield* Effect.fork(scheduler.runSchedules)
+        yield* settle
+        yield* advance("2 seconds")
+        yield* Fiber.interrupt(runner)
+        const q = yield* queueOf("fired")
+        expect((yield* q.stats).pending).toBe(2)
+        yield* mustClaim(q, "w")
+        yield* claimsNothing(q)
+        expect((yield* q.stats).heldBack).toBe(1)
+      })))
+
+    it.effect("the outbox takes EnqueueOpts.group", () =>
+      run(Effect.gen(function*() {
+        const outbox = yield* (yield* Outbox.Outbox).outbox("hooks")
+        expect(yield* Effect.flip(outbox.enqueue(1, { group: "" }))).toMatchObject({ _tag: "InvalidOptions", field: "group" })
+        const id = yield* outbox.enqueue({ hook: 1 }, { group: "tenant-1" })
+        expect(Option.isSome(yield* outbox.getJob(id))).toBe(true)
       })))
   })
