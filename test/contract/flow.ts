@@ -8,7 +8,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
 import { Outbox, Queues, Scheduler } from "../../src/index.js"
-import type { EngineUnderTest } from "./harness.js"
+import Sqlite from "better-sqlite3"
+import { type EngineUnderTest, freshFile } from "./harness.js"
 import { advance, claimsNothing, mustClaim, queueOf, settle, type StoreServices } from "./support.js"
 
 const setLimits = (name: string, limits: Queues.Limits) => Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
@@ -390,4 +391,33 @@ export const flowContract = (engine: EngineUnderTest) =>
         const id = yield* outbox.enqueue({ hook: 1 }, { group: "tenant-1" })
         expect(Option.isSome(yield* outbox.getJob(id))).toBe(true)
       })))
+  
+    if (engine.capabilities.sqliteFile) {
+      it.effect("a held-back waiter makes no writes while idle, however often it is woken", () => {
+        const filename = freshFile("flow-idle")
+        return Effect.gen(function*() {
+          yield* setLimits("idle", { concurrency: 1 })
+          const q = yield* queueOf("idle")
+          yield* q.enqueueBatch(["a", "b"])
+          yield* mustClaim(q, "w")
+          const taker = yield* Effect.fork(q.take("waiter"))
+          yield* settle
+          // another connection's commits on the file wake the waiter (data_version), time passes: it only reads
+          const outside = new Sqlite(filename)
+          const version = () => outside.pragma("data_version", { simple: true }) as number
+          const jobs = () => outside.prepare("SELECT id, state, claim_token, attempts FROM __alkstore_jobs ORDER BY id").all()
+          const before = { version: version(), jobs: JSON.stringify(jobs()) }
+          for (let i = 0; i < 5; i++) {
+            yield* advance("1 second")
+            yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 30)))
+            yield* settle
+          }
+          expect(Option.isNone(yield* Fiber.poll(taker))).toBe(true)
+          expect(version()).toBe(before.version) // nobody committed anything to the file
+          expect(JSON.stringify(jobs())).toBe(before.jobs)
+          outside.close()
+          yield* Fiber.interrupt(taker)
+        }).pipe(Effect.provide(engine.store({ filename, fallbackPoll: "200 millis" })))
+      })
+    }
   })
