@@ -23,16 +23,21 @@ export const jobStates: ReadonlyArray<JobState> = ["pending", "scheduled", "clai
 
 /** A job as the operator sees it: its state tells a not-yet-due job from a due one. */
 export interface JobInfo extends Omit<Job<unknown>, "state"> {
+  /** As `Job.state`, with a pending job not yet due told apart as `"scheduled"`. */
   readonly state: JobState
 }
 
 /** One queue's depths by state, as `Admin.queues` lists them. */
 export interface QueueSummary {
+  /** The queue's name (an outbox's as `__alkstore_outbox:<name>`). */
   readonly name: string
   /** Due now. */
   readonly pending: number
+  /** Pending, due later. */
   readonly scheduled: number
+  /** Claimed, whether or not the lease is live. */
   readonly claimed: number
+  /** Dead, until requeued or purged. */
   readonly dead: number
   /** `now − runAt` of the oldest due job. */
   readonly oldestPendingAge: Option.Option<Duration.Duration>
@@ -40,10 +45,13 @@ export interface QueueSummary {
 
 /** A lock row as stored: its last holder, fencing token and lease end. */
 export interface LockInfo {
+  /** The lock's name (the scheduler's leadership is `__alkstore_scheduler`). */
   readonly name: string
   /** The last holder (a released or lapsed lock keeps its row and token). */
   readonly owner: string
+  /** The fencing token of the last tenure. */
   readonly token: number
+  /** The last tenure's lease end. */
   readonly expiresAt: DateTime.Utc
   /** Whether the lease is live now. */
   readonly held: boolean
@@ -61,6 +69,7 @@ export interface Totals {
 export interface JobsFilter {
   /** Any queue name, outbox queues (`__alkstore_outbox:<name>`) included. */
   readonly queue?: string
+  /** Only jobs in this state. */
   readonly state?: JobState
   /** Default 50, at most 1000. */
   readonly limit?: number

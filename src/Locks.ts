@@ -1,5 +1,5 @@
 /**
- * Named TTL locks (CONTRACT §4): leases with fencing tokens that only grow,
+ * Named TTL locks (docs/contract.md §4): leases with fencing tokens that only grow,
  * and `withLock`, which holds a lock while an effect runs.
  *
  * @module

@@ -1,5 +1,5 @@
 /**
- * The transactional outbox (CONTRACT §6): enqueue a delivery in the same
+ * The transactional outbox (docs/contract.md §6): enqueue a delivery in the same
  * transaction as the application's write; deliver it at least once with
  * retries on the curve. Backed by the queue `__alkstore_outbox:{name}`,
  * which no `Queues` entry point can reach.

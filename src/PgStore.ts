@@ -69,7 +69,7 @@ export const layerFromClient: (
   options?: StoreSettings
 ) => Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> = internal.layerFromClient
 
-/** What `importSqlite` copied: how many jobs, schedules and lock rows. */
+/** What `importSqlite` copied: how many jobs, schedules and lock rows (`jobs`, `schedules`, `locks`). */
 export interface Imported extends importSqliteInternal.Imported {}
 
 /**

@@ -1,5 +1,5 @@
 /**
- * Durable job queues (CONTRACT §3): enqueue inside the application's own
+ * Durable job queues (docs/contract.md §3): enqueue inside the application's own
  * transaction, claim with a fenced lease, retry on one backoff curve,
  * dead-letter, inspect and repair.
  *
@@ -22,21 +22,37 @@ export type JobId = number
 
 /** A job as stored. Instants are `DateTime.Utc`, durations `Duration`. */
 export interface Job<A = unknown> {
+  /** Unique in the store, never reused. */
   readonly id: JobId
+  /** The queue's name. */
   readonly queue: string
+  /** Decoded by the queue's Schema on a claim; as stored (JSON) from inspection. */
   readonly payload: A
+  /** `"pending"` includes a job not yet due (its `runAt` is in the future; `Admin` calls it `"scheduled"`). */
   readonly state: "pending" | "claimed" | "dead"
+  /** Higher first. */
   readonly priority: number
+  /** When it is (or was) due. */
   readonly runAt: DateTime.Utc
+  /** Claims so far, the current one included; `release` gives one back, `requeueDead` resets them. */
   readonly attempts: number
+  /** Claims it may have before it is dead. */
   readonly maxAttempts: number
+  /** The lease each claim takes. */
   readonly visibilityTimeout: Duration.Duration
+  /** The base of its backoff curve. */
   readonly backoffBase: Duration.Duration
+  /** It is never delivered at or after this instant. */
   readonly expiresAt: Option.Option<DateTime.Utc>
+  /** The current claim's lease end, while claimed. */
   readonly claimedUntil: Option.Option<DateTime.Utc>
+  /** The worker of the current claim, while claimed. */
   readonly workerId: Option.Option<string>
+  /** When it was enqueued (or fired). */
   readonly createdAt: DateTime.Utc
+  /** The text of the last retry's or failure's error (kept through `requeueDead`). */
   readonly lastError: Option.Option<string>
+  /** When it became dead. */
   readonly diedAt: Option.Option<DateTime.Utc>
 }
 
@@ -46,6 +62,7 @@ export interface Job<A = unknown> {
  * or `"lost"`) instead of touching it.
  */
 export interface JobHandle<A = unknown> {
+  /** The job as this claim took it (attempts counted, lease set). */
   readonly job: Job<A>
   /** Deletes the job. */
   readonly ack: Effect.Effect<boolean, SqlError>
@@ -72,7 +89,9 @@ export interface QueueStats {
   readonly pending: number
   /** `runAt` in the future. */
   readonly scheduled: number
+  /** Claimed, whether or not the lease is live. */
   readonly claimed: number
+  /** Dead, until requeued or purged. */
   readonly dead: number
   /** `now − runAt` of the oldest due pending job. */
   readonly oldestPendingAge: Option.Option<Duration.Duration>

@@ -1,5 +1,5 @@
 /**
- * The interval scheduler, collapsed into queues (CONTRACT §5, seed ADR-009):
+ * The interval scheduler, collapsed into queues (docs/contract.md §5):
  * two registrations and one runner. Nothing fires unless some process runs
  * `runSchedules` (or `runAsStandby`).
  *
@@ -33,17 +33,24 @@ export interface ScheduleOpts {
 
 /** The stored registration, read back. */
 export interface Schedule {
+  /** Unique: registering the same name again updates it. */
   readonly name: string
+  /** As registered, e.g. `"@every 5m"`. */
   readonly spec: string
+  /** The spec's interval. */
   readonly interval: Duration.Duration
+  /** Where each fire enqueues its job. */
   readonly queue: string
+  /** Each fired job's payload. */
   readonly payload: unknown
+  /** Stamped onto each fired job. */
   readonly opts: {
     readonly priority: number
     readonly maxAttempts: number
     readonly expires: Option.Option<Duration.Duration>
     readonly group: Option.Option<string>
   }
+  /** The next boundary: the leader fires it once it has passed. */
   readonly nextFireAt: DateTime.Utc
 }
 

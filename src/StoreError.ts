@@ -1,5 +1,5 @@
 /**
- * The typed outcomes of alkstore (CONTRACT §2). Every one lives in the error
+ * The typed outcomes of alkstore (docs/contract.md §2). Every one lives in the error
  * channel; storage failures stay `SqlError` from `@effect/sql`.
  *
  * @module

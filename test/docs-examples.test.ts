@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url"
 import ts from "typescript"
 import { afterAll, describe, expect, it } from "vitest"
 import { differingFiles, filesUnder, renderApiReference } from "./support/apiReference.js"
-import { blockSlug, collectBlocks, type DocBlock, extractBlocks, runnableSource, typeCheck, where } from "./support/docExamples.js"
+import { blockSlug, brokenLinks, collectBlocks, type DocBlock, extractBlocks, headingAnchors, runnableSource, typeCheck, where } from "./support/docExamples.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 const { blocks, problems } = collectBlocks(root)
@@ -43,9 +43,22 @@ describe("docs examples", () => {
     expect(blocks.some((b) => b.runnable)).toBe(true)
   })
 
+  it("every relative link of README.md and docs/*.md leads to a file of the repository, and its #anchor to a heading", () => {
+    expect(brokenLinks(root).map((p) => `${p.file}:${p.line}: ${p.reason}`)).toEqual([])
+  })
+
   it("every ts block type-checks against the library, imported as \"alkstore\"", () => {
     const { diagnostics } = checkedProgram()
     expect(diagnostics.map((d) => `${d.where}: ${d.message}`)).toEqual([])
+  })
+
+  it("a block marked <!-- quote: path --> is that file of the repository, whole", () => {
+    const quoting = blocks.filter((b) => b.quotes !== undefined)
+    const stale = quoting.filter((b) => {
+      const quoted = path.join(root, b.quotes!)
+      return !fs.existsSync(quoted) || fs.readFileSync(quoted, "utf8") !== b.code
+    })
+    expect(stale.map((b) => `${where(b)} differs from ${b.quotes}`)).toEqual([])
   })
 
   it("every public export of src/index.ts has a TSDoc comment", () => {
@@ -94,7 +107,9 @@ const undocumentedExports = (program: ts.Program): Array<string> => {
   for (const namespace of checker.getExportsOfModule(indexSymbol)) {
     const module = resolve(namespace)
     const moduleFile = module.declarations?.[0]?.getSourceFile()
-    if (moduleFile === undefined || !hasFileComment(moduleFile)) missing.push(`${namespace.name} (module comment)`)
+    if (moduleFile === undefined || !hasModuleComment(moduleFile)) {
+      missing.push(`${namespace.name} (a /** … @module */ comment opening its file)`)
+    }
     for (const exported of checker.getExportsOfModule(module)) {
       const documented = [exported, resolve(exported)].some((s) => s.getDocumentationComment(checker).length > 0)
       if (!documented) missing.push(`${namespace.name}.${exported.name}`)
@@ -103,8 +118,11 @@ const undocumentedExports = (program: ts.Program): Array<string> => {
   return missing
 }
 
-/** A public module opens with a `/** … *\/` comment (TypeDoc's module page). */
-const hasFileComment = (file: ts.SourceFile) => file.getFullText().trimStart().startsWith("/**")
+/** A public module opens with a `/** … @module *\/` comment: TypeDoc's text for its page (without the tag it drops it). */
+const hasModuleComment = (file: ts.SourceFile) => {
+  const text = file.getFullText().trimStart()
+  return text.startsWith("/**") && /@module\b/.test(text.slice(0, text.indexOf("*/")))
+}
 
 describe("the block extractor", () => {
   const text = [
@@ -128,6 +146,10 @@ describe("the block extractor", () => {
     "```ts runable",
     "```",
     "```typescript",
+    "```",
+    "<!-- quote: test/x.test.ts -->",
+    "```ts",
+    "export {}",
     "```"
   ].join("\n")
   const { blocks: found, problems: wrong } = extractBlocks("docs/x.md", text)
@@ -135,12 +157,18 @@ describe("the block extractor", () => {
   it("finds ts blocks with their first code line, dedents indented ones, and skips other languages", () => {
     expect(found).toEqual([
       { file: "docs/x.md", line: 3, code: "const a = 1\n", runnable: false },
-      { file: "docs/x.md", line: 7, code: "await Promise.resolve(2)\n  // indented more\n", runnable: true }
+      { file: "docs/x.md", line: 7, code: "await Promise.resolve(2)\n  // indented more\n", runnable: true },
+      { file: "docs/x.md", line: 24, code: "export {}\n", runnable: false, quotes: "test/x.test.ts" }
     ])
   })
 
   it("reports a bare fence, a misspelt word after ts, and typescript for ts, by line", () => {
     expect(wrong.map((p) => p.line)).toEqual([13, 18, 20])
+  })
+
+  it("derives GitHub's heading anchors, repeats numbered", () => {
+    const anchors = headingAnchors("# The CLI: `alkstore`\n## A job's life\n## Notes\n## Notes\n```\n# not a heading\n```\n")
+    expect([...anchors]).toEqual(["the-cli-alkstore", "a-jobs-life", "notes", "notes-1"])
   })
 
   it("rewrites the alkstore import of a runnable copy to the source file", () => {

@@ -39,7 +39,7 @@ describe("PgStore", () => {
           `SELECT migration_id FROM ${schema}.__alkstore_migrations ORDER BY migration_id`
         )
       }).pipe(Effect.provide(pgOwned.store({ filename: "race-check", schema })))
-      expect(migrations.map((m) => Number(m.migration_id))).toEqual([1, 2])
+      expect(migrations.map((m) => Number(m.migration_id))).toEqual([1, 2, 3])
     }))
 
   it.effect("never runs its statements on another client's transaction; joins its own client's", () =>

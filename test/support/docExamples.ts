@@ -18,6 +18,8 @@ export interface DocBlock {
   readonly line: number
   readonly code: string
   readonly runnable: boolean
+  /** A repository file the block quotes whole (`<!-- quote: test/x.test.ts -->` on the line before its fence). */
+  readonly quotes?: string
 }
 
 /** A fence whose info string breaks the docs' convention. */
@@ -34,6 +36,7 @@ export const markdownFiles = (root: string): ReadonlyArray<string> => [
 ]
 
 const fenceOpen = /^( *)(`{3,}|~{3,})(.*)$/
+const quoteMark = /^\s*<!--\s*quote:\s*(\S+)\s*-->\s*$/
 
 /**
  * The `ts` blocks of one markdown text, and the fences that break the
@@ -67,7 +70,14 @@ export const extractBlocks = (
       if (extra.length > 1 || (extra.length === 1 && extra[0] !== "runnable")) {
         problems.push({ ...at, reason: `\`\`\`${info.join(" ")}: the only word after ts is "runnable"` })
       } else {
-        blocks.push({ file, line: i + 2, code: body.join("\n") + "\n", runnable: extra[0] === "runnable" })
+        const quotes = i > 0 ? quoteMark.exec(lines[i - 1]!)?.[1] : undefined
+        blocks.push({
+          file,
+          line: i + 2,
+          code: body.join("\n") + "\n",
+          runnable: extra[0] === "runnable",
+          ...(quotes !== undefined ? { quotes } : {})
+        })
       }
     }
     i = end
@@ -151,3 +161,73 @@ export const typeCheck = (
 export const runnableSource = (root: string, code: string) =>
   code.replace(/(from\s+|import\s*\(\s*)(["'])alkstore\2/g, (_, lead: string, quote: string) =>
     `${lead}${quote}${path.join(root, "src", "index.ts")}${quote}`)
+
+/** GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens. */
+export const headingSlug = (heading: string) =>
+  heading
+    .replace(/\[([^\]]*)\]\([^)]*\)/g, "$1")
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+    .replace(/\s/g, "-")
+
+/** The anchors of a markdown text's headings (outside fences), with GitHub's `-1`, `-2` for repeats. */
+export const headingAnchors = (text: string): Set<string> => {
+  const anchors = new Set<string>()
+  const seen = new Map<string, number>()
+  for (const line of withoutCode(text, { inline: "keep" }).split("\n")) {
+    const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)
+    if (heading === null) continue
+    const base = headingSlug(heading[1]!)
+    const n = seen.get(base) ?? 0
+    seen.set(base, n + 1)
+    anchors.add(n === 0 ? base : `${base}-${n}`)
+  }
+  return anchors
+}
+
+/** The text with fenced blocks blanked (lines kept, for line numbers) and inline code removed (or kept). */
+const withoutCode = (text: string, options: { readonly inline: "drop" | "keep" } = { inline: "drop" }) => {
+  let fence: string | undefined
+  return text.split("\n").map((line) => {
+    const open = /^ *(`{3,}|~{3,})/.exec(line)
+    if (fence === undefined && open !== null) {
+      fence = open[1]!
+      return ""
+    }
+    if (fence !== undefined) {
+      if (new RegExp(`^ *${fence[0] === "`" ? "`" : "~"}{${fence.length},} *$`).test(line)) fence = undefined
+      return ""
+    }
+    return options.inline === "keep" ? line : line.replace(/`[^`]*`/g, "")
+  }).join("\n")
+}
+
+/**
+ * Relative links of README.md and docs/*.md that lead nowhere: a missing file,
+ * a missing heading anchor in a markdown target, or a path out of the
+ * repository's docs (`../shared/` and the like: the project carries its own).
+ */
+export const brokenLinks = (root: string): Array<FenceProblem> => {
+  const problems: Array<FenceProblem> = []
+  for (const file of markdownFiles(root)) {
+    const text = fs.readFileSync(path.join(root, file), "utf8")
+    withoutCode(text).split("\n").forEach((line, i) => {
+      for (const match of line.matchAll(/!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
+        const target = match[1]!
+        if (/^[a-z][a-z0-9+.-]*:/i.test(target)) continue // https:, mailto:
+        const [pathPart = "", anchor] = target.split("#", 2)
+        const resolved = pathPart === "" ? path.join(root, file) : path.resolve(path.dirname(path.join(root, file)), pathPart)
+        const at = { file, line: i + 1 }
+        if (path.relative(root, resolved).startsWith("..")) {
+          problems.push({ ...at, reason: `${target} leaves the repository` })
+        } else if (!fs.existsSync(resolved)) {
+          problems.push({ ...at, reason: `${target}: no such file` })
+        } else if (anchor !== undefined && resolved.endsWith(".md") && !headingAnchors(fs.readFileSync(resolved, "utf8")).has(anchor)) {
+          problems.push({ ...at, reason: `${target}: no heading with that anchor` })
+        }
+      }
+    })
+  }
+  return problems
+}
