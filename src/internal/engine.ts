@@ -1,6 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, type Option } from "effect"
-import type { ResolvedEnqueue } from "./options.js"
+import type { FlowMemory } from "./flow.js"
+import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -49,8 +50,8 @@ export interface NewJob extends ResolvedEnqueue {
 /**
  * A new job's values in the column order every engine's insert lists them:
  * queue, payload, state, priority, run_at, max_attempts, visibility_timeout,
- * backoff_base, expires_at, idempotency_key, created_at, trace_context. A
- * job due later is stored `scheduled`, outside the claim index.
+ * backoff_base, expires_at, idempotency_key, created_at, trace_context, then
+ * (flow control) group_key. A job due later is stored `scheduled`, outside the claim index.
  */
 export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.queue,
@@ -64,7 +65,8 @@ export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.expiresAt ?? null,
   job.key ?? null,
   job.createdAt,
-  job.traceContext ?? null
+  job.traceContext ?? null,
+  job.group
 ]
 
 /** What a maintenance round did; `expiredByQueue` splits `expired` by queue (for the metrics). */
@@ -154,6 +156,31 @@ export interface QueueStorage {
   ) => Effect.Effect<MaintenanceRow, SqlError>
 }
 
+/** What a read-only flow walk found: whether a claim now could take a job, and when a rate window reopens. */
+export interface FlowProbe {
+  readonly limited: boolean
+  readonly claimable: boolean
+  readonly reopenAt: number | null
+}
+
+/**
+ * Flow control's storage (CONTRACT §9): the limits rows, and the read-only
+ * walks waiters and `stats` use. Limited claims themselves run inside
+ * `QueueStorage.claim` (its "this queue has limits" check routes them).
+ */
+export interface FlowStorage {
+  readonly get: (queue: string) => Effect.Effect<Option.Option<ResolvedLimits>, SqlError>
+  /** Upserts; a queue getting limits numbers its live jobs' rounds (docs/flow-control.md). */
+  readonly set: (queue: string, limits: ResolvedLimits, now: number) => Effect.Effect<void, SqlError>
+  readonly clear: (queue: string) => Effect.Effect<boolean, SqlError>
+  readonly probe: (queue: string, now: number) => Effect.Effect<FlowProbe, SqlError>
+  /** How many due pending jobs a claim could take now; `undefined` without limits. */
+  readonly claimablePending: (queue: string, now: number) => Effect.Effect<number | undefined, SqlError>
+  /** Tells other processes a limited queue's slot freed, on commit (PostgreSQL's NOTIFY; SQLite's commits tell by themselves). */
+  readonly freed: (queue: string) => Effect.Effect<void, SqlError>
+  readonly memory: FlowMemory
+}
+
 export interface LockRow {
   readonly token: number
   readonly expires_at: number
@@ -191,6 +218,8 @@ export interface ScheduleRow {
   readonly priority: number
   readonly max_attempts: number
   readonly expires_ms: number | null
+  /** `''` for none. */
+  readonly group_key: string
   readonly next_fire_at: number
   readonly created_at: number
   readonly updated_at: number
@@ -205,6 +234,8 @@ export interface NewSchedule {
   readonly priority: number
   readonly maxAttempts: number
   readonly expiresMillis: number | undefined
+  /** `''` for none; stored after `newScheduleValues`' columns. */
+  readonly group: string
 }
 
 /**
@@ -308,6 +339,7 @@ export const defaultSettings: EngineSettings = {
 
 export interface EngineShape {
   readonly queues: QueueStorage
+  readonly flow: FlowStorage
   readonly locks: LockStorage
   readonly schedules: ScheduleStorage
   readonly admin: AdminStorage

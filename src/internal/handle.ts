@@ -149,14 +149,17 @@ export const makeHandles = <A>(
   storage: QueueStorage,
   signal: (count: number) => Effect.Effect<void>,
   codec: PayloadCodec<A>,
-  m: QueueMetrics
+  m: QueueMetrics,
+  /** After an ack or a death: wakes waiters a limited queue held back (flow control). */
+  freed: Effect.Effect<void, SqlError> = Effect.void
 ) => {
+  const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
     Effect.map(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) => {
       if (buried) m.dead(1)
       return buried
-    })
+    }).pipe(Effect.tap(freeing))
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
@@ -176,7 +179,7 @@ export const makeHandles = <A>(
       const acked = Effect.map(storage.ack(this.fence), (ok) => {
         if (ok) m.acked(1)
         return ok
-      })
+      }).pipe(Effect.tap(freeing))
       return traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"))
     }
     get release() {

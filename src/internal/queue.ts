@@ -32,6 +32,8 @@ import {
 } from "./telemetry.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import type { WakeReason } from "./wake.js"
+import type { FlowProbe } from "./engine.js"
+import { makeLimits } from "./limits.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -73,7 +75,10 @@ export const makeQueue = <A>(
     }
   }
 
-  const { toHandles } = makeHandles(name, storage, signal, codec, m)
+  const flow = engine.flow
+  // A slot of a limited queue freed (ack, death, cancel): wake a waiter here, and other processes.
+  const freed = Effect.suspend(() => (flow.memory.known(name) ? Effect.zipRight(signal(1), flow.freed(name)) : Effect.void))
+  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
@@ -108,15 +113,26 @@ export const makeQueue = <A>(
           Effect.gen(function*() {
             const at = yield* now
             // A signal from this process means work is there: claim at once. Any
-            // other wake asks with a read first, so idle waiters never write.
-            const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
+            // other wake asks with a read first, so idle waiters never write; on a
+            // queue seen limited that read is the flow walk's (docs/flow-control.md).
+            let probe: FlowProbe | undefined
+            const look = reason === "signalled" ||
+              (flow.memory.known(name)
+                ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
+                : yield* storage.hasClaimable(name, at))
             const handles = look ? yield* claimUpTo(workerId, n) : []
             if (handles.length > 0) {
               ticket.cancel()
               engine.wake.signal(name, 1) // pass the baton: there may be more
               return handles
             }
-            const deadline = yield* storage.nextDeadline(name, at)
+            // Held back by a limit: also wake when its rate window admits the next claim.
+            if (probe === undefined && flow.memory.known(name)) probe = yield* flow.probe(name, at)
+            const reopenAt = probe?.reopenAt ?? null
+            const deadline = Option.map(
+              yield* storage.nextDeadline(name, at),
+              (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
+            ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const wakeAfter = Option.match(deadline, {
               onNone: () => engine.settings.fallbackPollMillis,
               onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
@@ -253,7 +269,8 @@ export const makeQueue = <A>(
     backoffBaseMillis: resolved.backoffBaseMillis,
     expiresAt: resolved.expiresAt,
     key: resolved.key,
-    traceContext
+    traceContext,
+    group: resolved.group
   })
 
   // The hot path: validation and encoding are plain functions, and where the engine can, the insert runs
@@ -381,7 +398,7 @@ export const makeQueue = <A>(
           for (const ok of results) if (ok) n++
           if (n > 0) m.acked(n)
           return results
-        })
+        }).pipe(Effect.tap((results) => (results.includes(true) ? freed : Effect.void)))
         return traced("alkstore.queue.ack_all", queueAttributes, acked, (results, span) => {
           span.attribute(attr.count, results.length)
           span.attribute("alkstore.acked", results.filter((ok) => ok).length)
@@ -423,19 +440,25 @@ export const makeQueue = <A>(
     process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
     cancel: (id) =>
-      traced("alkstore.queue.cancel", () => ({ [attr.queue]: name, [attr.jobId]: id }), storage.cancel(name, id), (ok, span) =>
-        span.attribute(attr.outcome, ok ? "cancelled" : "absent")),
+      traced(
+        "alkstore.queue.cancel",
+        () => ({ [attr.queue]: name, [attr.jobId]: id }),
+        Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
+        (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
+      ),
     // A stats reading also refreshes the queue's gauges.
     stats: traced("alkstore.queue.stats", queueAttributes, Effect.gen(function*() {
       const at = yield* now
       const row = yield* storage.stats(name, at)
       setGauges(name, { ...row, oldestPendingAgeMillis: row.oldestPendingRunAt === null ? undefined : Math.max(0, at - row.oldestPendingRunAt) })
+      const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
       return {
         pending: row.pending,
         scheduled: row.scheduled,
         claimed: row.claimed,
         dead: row.dead,
-        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt)
+        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt),
+        heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
       }
     })),
     dead: (opts) =>
@@ -471,7 +494,8 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
   return {
     queue: queue as Q.QueuesShape["queue"],
     maintenance: runMaintenance(engine),
-    sampleMetrics: makeSampler(engine)
+    sampleMetrics: makeSampler(engine),
+    ...makeLimits(engine)
   }
 })
 

@@ -6,7 +6,7 @@ import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit
 import { optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
-import { queueDefaults, safeInteger } from "./options.js"
+import { queueDefaults, safeInteger, validateText } from "./options.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queue.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
@@ -25,7 +25,8 @@ export const toSchedule = (row: ScheduleRow): S.Schedule => ({
   opts: {
     priority: row.priority,
     maxAttempts: row.max_attempts,
-    expires: row.expires_ms === null ? Option.none() : Option.some(Duration.millis(row.expires_ms))
+    expires: row.expires_ms === null ? Option.none() : Option.some(Duration.millis(row.expires_ms)),
+    group: row.group_key === "" ? Option.none() : Option.some(row.group_key)
   },
   nextFireAt: DateTime.unsafeMake(row.next_fire_at) as DateTime.Utc
 })
@@ -56,7 +57,8 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
         backoffBaseMillis: queueDefaults.backoffBaseMillis,
         expiresAt: schedule.expires_ms === null ? undefined : boundary + schedule.expires_ms,
         key: undefined,
-        traceContext
+        traceContext,
+        group: schedule.group_key
       }))
       if (jobs.length > 0) yield* engine.queues.insert(jobs)
       // The row's own name (and target queue) as read back: safe only because every name is
@@ -99,10 +101,11 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       const priority = (yield* safeInteger("priority", opts?.priority)) ?? 0
       const maxAttempts = (yield* safeInteger("maxAttempts", opts?.maxAttempts, 1)) ?? queueDefaults.maxAttempts
       const expiresMillis = yield* optionalDurationMillis("expires", opts?.expires, { positive: true })
+      const group = opts?.group === undefined ? "" : yield* validateText("group", opts.group)
       const encoded = yield* encodeJson(payload)
       const now = yield* Clock.currentTimeMillis
       const row = yield* engine.schedules.upsert(
-        { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis },
+        { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis, group },
         now
       )
       yield* signalOnCommit(engine, registrationsTopic)

@@ -1,11 +1,12 @@
 import type { JobRow } from "../engine.js"
+import { flowInsertColumns, flowInsertValues } from "./flowInsert.js"
 
 /**
  * What a claim writes: SET expressions all read the row as it was, so one
  * CASE per column either claims it or, when the candidate has expired or
  * spent its attempts, moves it to dead. `?1` is now, `?2` the worker.
  */
-const claimSet = `UPDATE __alkstore_jobs SET
+export const claimSet = `UPDATE __alkstore_jobs SET
   state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
   last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
     WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
@@ -63,6 +64,31 @@ const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'e
  */
 const claimedColumns = `id, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
   expires_at, claim_token, created_at, last_error, trace_context`
+
+/** Every column of a `JobRow`, in this order (`rowOf` reads them by position): for the flow-control claim. */
+export const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
+  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at, trace_context`
+
+export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
+  id: v[0] as number,
+  queue: v[1] as string,
+  payload: v[2] as string,
+  state: v[3] as JobRow["state"],
+  priority: v[4] as number,
+  run_at: v[5] as number,
+  attempts: v[6] as number,
+  max_attempts: v[7] as number,
+  visibility_timeout: v[8] as number,
+  backoff_base: v[9] as number,
+  expires_at: v[10] as number | null,
+  claimed_until: v[11] as number | null,
+  worker_id: v[12] as string | null,
+  claim_token: v[13] as number,
+  created_at: v[14] as number,
+  last_error: v[15] as string | null,
+  died_at: v[16] as number | null,
+  trace_context: v[17] as string | null
+})
 
 /** A claimed (or, when it met a candidate expired or spent, buried) row as a `JobRow`, from its returned columns. */
 const claimedRow = (
@@ -171,14 +197,14 @@ export const claimedRowOfObject = (queue: string, workerId: string, now: number)
 export const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`,
   // With a key, a live job holding it wins: nothing is written and its id is looked up
   // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
   insertKeyed: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
@@ -186,8 +212,10 @@ export const sql = {
   // What a claim must do first: promote due scheduled rows into the claim
   // index (the read keeps idle claims write-free), and whether lapsed leases
   // compete with the pending rows. `?1` is the queue, `?2` now.
+  // (Flow control: `limited` routes the claim to the flow walk, docs/flow-control.md; one primary-key probe.)
   readiness: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
-      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed`,
+      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
+      EXISTS (SELECT 1 FROM __alkstore_flow_limits WHERE queue = ?1) AS limited`,
   promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
   // One statement claims the best candidate (pending, or claimed with a lapsed
   // lease), or moves it to dead when it meets it expired or spent. The
@@ -258,7 +286,7 @@ export const sql = {
  * written with `?N` for readability are rewritten to plain `?` once, with a
  * map from position to argument.
  */
-const numbered = (text: string) => {
+export const numbered = (text: string) => {
   const order: Array<number> = []
   const rewritten = text.replace(/\?(\d+)/g, (_, n: string) => {
     order.push(Number(n) - 1)
