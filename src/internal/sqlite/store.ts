@@ -17,6 +17,8 @@ import { makePersistedQueueStorage } from "./persistedQueueStorage.js"
 import { makeRateLimiterStorage } from "./rateLimiterStorage.js"
 import { migrate } from "./migrations.js"
 import { makeQueueStorage } from "./queueStorage.js"
+import { makeFlowStorage } from "./flowStorage.js"
+import { makeFlowMemory } from "../flow.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
 import { makeCommitSignals } from "./transaction.js"
@@ -108,8 +110,10 @@ export const buildMechanisms = (
         ownDataVersion: file.ownDataVersion
       })
     }
+    const flowMemory = makeFlowMemory()
     const engine: EngineShape = {
-      queues: makeQueueStorage(executor),
+      queues: makeQueueStorage(executor, flowMemory),
+      flow: makeFlowStorage(executor, flowMemory),
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
       admin: makeAdminStorage(executor),
