@@ -67,8 +67,13 @@ const runAsync = (bin: string, args: ReadonlyArray<string>) =>
       error === null ? resolve() : reject(new Error(`${bin} ${args.join(" ")}: ${String(error)} ${stderr}`)))
   })
 
-/** Starts a throw-away cluster; `stop` removes it. Throws (with the server's log) when it cannot. */
-export const startCluster = async (): Promise<Cluster> => {
+/**
+ * Starts a throw-away cluster; `stop` removes it. Throws (with the server's log) when it cannot.
+ * `durableCommits`: a commit returns only once its WAL reached the operating system (the default
+ * `synchronous_commit`), so a committed transaction survives the server being killed (`stop -m
+ * immediate`); without it the last commits before such a kill may be lost — fine for tests that never kill it.
+ */
+export const startCluster = async (options: { readonly durableCommits?: boolean } = {}): Promise<Cluster> => {
   const bin = findBin()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-pg-"))
   const data = path.join(dir, "data")
@@ -94,7 +99,7 @@ export const startCluster = async (): Promise<Cluster> => {
     "60",
     "-o",
     `-p ${port} -c listen_addresses=127.0.0.1 -k ${dir} -c max_connections=400 -c fsync=off ` +
-    `-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=64MB`
+    `-c synchronous_commit=${options.durableCommits === true ? "on" : "off"} -c full_page_writes=off -c shared_buffers=64MB`
   ]
   const pgCtl = path.join(bin, "pg_ctl")
   try {
