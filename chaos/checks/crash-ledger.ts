@@ -23,6 +23,8 @@ export type CrashRecord =
     readonly pid: number
   }
   | { readonly e: "done" | "fail"; readonly job: number; readonly token: number; readonly at: number; readonly pid: number }
+  /** The handler's own ack failed (`SqlError`): the handler fails, and `process` gives the claim back. */
+  | { readonly e: "ackFailed"; readonly job: number; readonly token: number; readonly at: number; readonly pid: number }
   | { readonly e: "ack"; readonly job: number; readonly token: number; readonly ok: boolean; readonly at: number; readonly pid: number }
   | { readonly e: "kill" | "freeze" | "thaw"; readonly target: number; readonly at: number; readonly pid: number }
   /** A database fault (a killed connection, a restarting server) from `fault` to its `faultEnd`. */
@@ -38,14 +40,17 @@ type Ack = Extract<CrashRecord, { e: "ack" }>
 
 export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: ReadonlyArray<Queues.Job>) => {
   const v = collect()
-  const byJob = new Map<number, { poison: boolean; starts: Array<Start>; done: Set<number>; acks: Array<Ack> }>()
+  const byJob = new Map<
+    number,
+    { poison: boolean; starts: Array<Start>; done: Set<number>; acks: Array<Ack>; gaveBack: Map<number, number> }
+  >()
   const failedEnqueues = new Map<number, boolean>()
   const faults: Array<{ from: number; to: number }> = []
   let ambiguousEnqueues = 0
   const killedAt = new Map<number, number>()
   const frozen = new Map<number, Array<{ from: number; to: number }>>()
   for (const r of records) {
-    if (r.e === "enq") byJob.set(r.job, { poison: r.poison, starts: [], done: new Set(), acks: [] })
+    if (r.e === "enq") byJob.set(r.job, { poison: r.poison, starts: [], done: new Set(), acks: [], gaveBack: new Map() })
     else if (r.e === "kill") killedAt.set(r.target, r.at)
     else if (r.e === "freeze") frozen.set(r.target, [...(frozen.get(r.target) ?? []), { from: r.at, to: Infinity }])
     else if (r.e === "enqFailed") failedEnqueues.set(r.n, r.poison)
@@ -61,12 +66,12 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
     }
   }
   for (const r of records) {
-    if (r.e !== "start" && r.e !== "done" && r.e !== "ack" && r.e !== "fail") continue
+    if (r.e !== "start" && r.e !== "done" && r.e !== "ack" && r.e !== "fail" && r.e !== "ackFailed") continue
     let job = byJob.get(r.job)
     if (job === undefined && r.e === "start" && r.n !== undefined && failedEnqueues.has(r.n)) {
       // its enqueue reported a failure, yet committed: accounted for, and held to every rule from here
       ambiguousEnqueues++
-      job = { poison: failedEnqueues.get(r.n)!, starts: [], done: new Set(), acks: [] }
+      job = { poison: failedEnqueues.get(r.n)!, starts: [], done: new Set(), acks: [], gaveBack: new Map() }
       byJob.set(r.job, job)
     }
     if (job === undefined) {
@@ -76,6 +81,7 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
     if (r.e === "start") job.starts.push(r)
     else if (r.e === "done") job.done.add(r.token)
     else if (r.e === "ack") job.acks.push(r)
+    else if (r.e === "ackFailed") job.gaveBack.set(r.token, r.at)
   }
   const deadIds = new Map(dead.map((j) => [j.id, j]))
   const frozenDuring = (pid: number, from: number, to: number) =>
@@ -114,7 +120,9 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       // claim tokens only grow
       if (next.token <= s.token) v.add("token", `job ${id}: token ${next.token} after ${s.token}`)
       // no second claim while the first was within its lease ([claim, until): lapsed at now >= until)
-      if (next.at < s.until) {
+      // (unless the claim was given back first: its handler failed, and the retry ended the tenure)
+      const gaveBack = job.gaveBack.get(s.token)
+      if (next.at < s.until && !(gaveBack !== undefined && gaveBack <= next.at)) {
         v.add("overlap", `job ${id}: claimed by ${next.worker} at ${next.at} inside ${s.worker}'s lease (until ${s.until})`)
       }
       // every re-delivery after a completed handler is explained

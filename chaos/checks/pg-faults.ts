@@ -120,6 +120,9 @@ const run = async (config: CheckConfig, cluster: Cluster) => {
     }
     const records = () => readLedger<PgRecord>(ledgerFile)
     await waitUntil("the workers to start", () => records().filter((r) => r.e === "ready").length >= width, 30_000)
+    // the standbys print their instance once their store is up (a store that cannot start fails to start)
+    const standbys = children.slice(width)
+    await waitUntil("the standbys to start", () => standbys.every((c) => c.lines.some((l) => typeof l === "object")), 30_000)
 
     let producing = true
     let enqueued = 0

@@ -63,7 +63,9 @@ const program = Effect.gen(function*() {
         }
         ledger.append({ e: "done", job: job.id, token })
         if (payload.selfAck) {
-          const ok = yield* handle.ack
+          // an ack that fails (its connection killed) fails the handler: `process` then gives the
+          // claim back for a retry, so another worker may claim it before this lease would end
+          const ok = yield* Effect.tapError(handle.ack, () => Effect.sync(() => ledger.append({ e: "ackFailed", job: job.id, token })))
           ledger.append({ e: "ack", job: job.id, token, ok })
         }
       }),

@@ -101,7 +101,10 @@ export type { Mechanisms }
 /** The LISTEN connection's settings, from the client's. */
 const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
   if (listenUrl !== undefined) {
-    return { connectionString: Redacted.isRedacted(listenUrl) ? Redacted.value(listenUrl) : listenUrl }
+    return {
+      connectionString: Redacted.isRedacted(listenUrl) ? Redacted.value(listenUrl) : listenUrl,
+      application_name: "alkstore-listen"
+    }
   }
   return {
     connectionString: config.url === undefined ? undefined : Redacted.value(config.url),
