@@ -11,7 +11,7 @@ import { optionalDurationMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
-import { makeDatabaseClock } from "./clock.js"
+import { makeDatabaseClock, measureOffset } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
 import { startListener } from "./listener.js"
 import { makeAdminStorage } from "./adminStorage.js"
@@ -180,7 +180,7 @@ export const buildMechanisms = (
     >
     if (options.clock === "host") return { mechanisms, clock: undefined }
     const host = yield* Clock.clockWith(Effect.succeed)
-    const aligned = yield* makeDatabaseClock(executor, host, settings.clockResyncMillis)
+    const aligned = yield* makeDatabaseClock(measureOffset(executor, host), host, settings.clockResyncMillis)
     return { mechanisms, clock: aligned.clock }
   })
 
