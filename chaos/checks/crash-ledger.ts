@@ -95,11 +95,14 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
   // acked past its lease end with nobody having claimed it since: the contract lets that ack stand
   let lateAcksKept = 0
   let maxToken = 0
+  let staleStarts = 0
   let handled = 0
   let poisonDead = 0
 
   for (const [id, job] of byJob) {
-    const starts = [...job.starts].sort((a, b) => a.at - b.at)
+    // in claim order (the token's): a worker frozen between its claim and its handler's first step
+    // records its start after the next claim's (a stale start, its own lease already lapsed)
+    const starts = [...job.starts].sort((a, b) => a.token - b.token)
     // dead exactly when the attempts were meant to run out
     const deadJob = deadIds.get(id)
     if (job.poison) {
@@ -118,7 +121,12 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       const next = starts[i + 1]
       if (next === undefined) continue
       // claim tokens only grow
-      if (next.token <= s.token) v.add("token", `job ${id}: token ${next.token} after ${s.token}`)
+      if (next.token === s.token) v.add("token", `job ${id}: token ${s.token} claimed twice`)
+      if (s.at > next.at) {
+        staleStarts++
+        // inside its own lease, it was claimed after the next token's claim: a token going back
+        if (s.at < s.until) v.add("token", `job ${id}: token ${s.token} claimed after token ${next.token}`)
+      }
       // no second claim while the first was within its lease ([claim, until): lapsed at now >= until)
       // (unless the claim was given back first: its handler failed, and the retry ended the tenure)
       const gaveBack = job.gaveBack.get(s.token)
@@ -168,7 +176,8 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       "dup.leaseLapsed": explained.leaseLapsed,
       lateAcksLost,
       lateAcksKept,
-      maxToken
+      maxToken,
+      staleStarts
     },
     violations: v.list
   }
