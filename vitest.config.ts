@@ -1,9 +1,12 @@
+import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
 
 // CI reads a plain "N passed, N failed" line (.ci/run prints it from this JSON).
 const ci = process.env.CI !== undefined && process.env.CI !== ""
 
 export default defineConfig({
+  // Tests that show users' code (test/recipes-*.test.ts, quoted in docs/recipes.md) import "alkstore" as users do.
+  resolve: { alias: [{ find: /^alkstore$/, replacement: fileURLToPath(new URL("./src/index.ts", import.meta.url)) }] },
   test: {
     include: ["test/**/*.test.ts"],
     // Boots a throw-away PostgreSQL cluster unless ALKSTORE_PG_URL is set; fails the run if it cannot.

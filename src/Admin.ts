@@ -4,6 +4,8 @@
  * the locks and schedules as stored, and the repairs (requeue, cancel,
  * purge) by id, with the job's queue looked up. Repairs run the queue's own
  * operations, so they keep the contract's rules and wake waiting workers.
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option } from "effect"
@@ -16,29 +18,40 @@ import type { InvalidName, InvalidOptions } from "./StoreError.js"
 /** `scheduled` is a pending job not yet due. */
 export type JobState = "pending" | "scheduled" | "claimed" | "dead"
 
+/** Every `JobState`, in the order the CLI and dashboard list them. */
 export const jobStates: ReadonlyArray<JobState> = ["pending", "scheduled", "claimed", "dead"]
 
 /** A job as the operator sees it: its state tells a not-yet-due job from a due one. */
 export interface JobInfo extends Omit<Job<unknown>, "state"> {
+  /** As `Job.state`, with a pending job not yet due told apart as `"scheduled"`. */
   readonly state: JobState
 }
 
+/** One queue's depths by state, as `Admin.queues` lists them. */
 export interface QueueSummary {
+  /** The queue's name (an outbox's as `__alkstore_outbox:<name>`). */
   readonly name: string
   /** Due now. */
   readonly pending: number
+  /** Pending, due later. */
   readonly scheduled: number
+  /** Claimed, whether or not the lease is live. */
   readonly claimed: number
+  /** Dead, until requeued or purged. */
   readonly dead: number
   /** `now − runAt` of the oldest due job. */
   readonly oldestPendingAge: Option.Option<Duration.Duration>
 }
 
+/** A lock row as stored: its last holder, fencing token and lease end. */
 export interface LockInfo {
+  /** The lock's name (the scheduler's leadership is `__alkstore_scheduler`). */
   readonly name: string
   /** The last holder (a released or lapsed lock keeps its row and token). */
   readonly owner: string
+  /** The fencing token of the last tenure. */
   readonly token: number
+  /** The last tenure's lease end. */
   readonly expiresAt: DateTime.Utc
   /** Whether the lease is live now. */
   readonly held: boolean
@@ -52,9 +65,11 @@ export interface Totals {
   readonly live: number
 }
 
+/** Which jobs `Admin.jobs` lists; every field optional. */
 export interface JobsFilter {
   /** Any queue name, outbox queues (`__alkstore_outbox:<name>`) included. */
   readonly queue?: string
+  /** Only jobs in this state. */
   readonly state?: JobState
   /** Default 50, at most 1000. */
   readonly limit?: number
@@ -68,12 +83,15 @@ export type RepairOutcome =
   | { readonly _tag: "NotFound" }
   | { readonly _tag: "Refused"; readonly job: JobInfo; readonly reason: string }
 
+/** The `Admin` service: reads across the whole store, and repairs by job id. */
 export interface AdminShape {
   /** Every queue with jobs or a schedule feeding it, by name. */
   readonly queues: Effect.Effect<ReadonlyArray<QueueSummary>, SqlError>
+  /** Store-wide counters; two readings give the enqueue and completion rates. */
   readonly totals: Effect.Effect<Totals, SqlError>
   /** Newest first. */
   readonly jobs: (filter?: JobsFilter) => Effect.Effect<ReadonlyArray<JobInfo>, InvalidName | InvalidOptions | SqlError>
+  /** Any job by id, whatever its queue; `None` once acked, cancelled or purged. */
   readonly job: (id: number) => Effect.Effect<Option.Option<JobInfo>, InvalidOptions | SqlError>
   /** A dead job back to pending now with attempts 0 (`Queue.requeueDead`). */
   readonly requeue: (id: number) => Effect.Effect<RepairOutcome, InvalidOptions | SqlError>
@@ -84,14 +102,19 @@ export interface AdminShape {
     queue: string,
     olderThan?: Duration.DurationInput
   ) => Effect.Effect<number, InvalidName | InvalidOptions | SqlError>
+  /** Every registered schedule, as stored. */
   readonly schedules: Effect.Effect<ReadonlyArray<Schedule>, SqlError>
+  /** Every lock row, held or not. */
   readonly locks: Effect.Effect<ReadonlyArray<LockInfo>, SqlError>
   /** The engine's applied migrations, in order (`<id>_<name>`). */
   readonly migrations: Effect.Effect<ReadonlyArray<string>, SqlError>
 }
 
+/** The operator's view of a store; every store layer provides it. */
 export class Admin extends Context.Tag("alkstore/Admin")<Admin, AdminShape>() {}
 
+/** Builds the service over an engine (a store layer does this for you). */
 export const make: Effect.Effect<AdminShape, never, Engine> = internal.makeAdmin
 
+/** The service over the engine a store layer provides. */
 export const layer: Layer.Layer<Admin, never, Engine> = Layer.effect(Admin, make)

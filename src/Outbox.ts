@@ -1,8 +1,10 @@
 /**
- * The transactional outbox (CONTRACT §6): enqueue a delivery in the same
+ * The transactional outbox (docs/contract.md §6): enqueue a delivery in the same
  * transaction as the application's write; deliver it at least once with
  * retries on the curve. Backed by the queue `__alkstore_outbox:{name}`,
  * which no `Queues` entry point can reach.
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type Effect, Layer } from "effect"
@@ -11,9 +13,12 @@ import * as internal from "./internal/outbox.js"
 import type { EnqueueOpts, Job, JobHandle, JobId, ProcessOpts, Queue, QueueOpts, WaitError } from "./Queues.js"
 import type { InvalidName, InvalidOptions, InvalidPayload, ReservedName } from "./StoreError.js"
 
+/** A delivery: succeed to ack the job, fail (or die) to retry it on the backoff curve. */
 export type Deliver<E, R> = (job: Job<unknown>, handle: JobHandle<unknown>) => Effect.Effect<void, E, R>
 
+/** One outbox: enqueue in your transaction, deliver with `run` or `runOnce`, inspect and repair. */
 export interface OutboxHandle {
+  /** The outbox's name (its backing queue is `__alkstore_outbox:{name}`). */
   readonly name: string
   /** Defaults: 60 s visibility, 5 attempts, 5 s backoff base. Joins the caller's transaction. */
   readonly enqueue: (
@@ -32,13 +37,19 @@ export interface OutboxHandle {
     deliver: Deliver<E, R>,
     opts?: ProcessOpts
   ) => Effect.Effect<never, InvalidOptions | WaitError, R>
+  /** The backing queue's depths (`Queue.stats`). */
   readonly stats: Queue["stats"]
+  /** Dead deliveries, newest first (`Queue.dead`). */
   readonly dead: Queue["dead"]
+  /** A dead delivery back to pending (`Queue.requeueDead`). */
   readonly requeueDead: Queue["requeueDead"]
+  /** Deletes dead deliveries (`Queue.purgeDead`). */
   readonly purgeDead: Queue["purgeDead"]
+  /** One delivery by id (`Queue.getJob`). */
   readonly getJob: Queue["getJob"]
 }
 
+/** The `Outbox` service. */
 export interface OutboxShape {
   /**
    * The outbox `name`; `opts` override its defaults (60 s visibility, 5
@@ -47,8 +58,11 @@ export interface OutboxShape {
   readonly outbox: (name: string, opts?: QueueOpts) => Effect.Effect<OutboxHandle, InvalidName | ReservedName | InvalidOptions>
 }
 
+/** The transactional outbox; every store layer provides it. */
 export class Outbox extends Context.Tag("alkstore/Outbox")<Outbox, OutboxShape>() {}
 
+/** Builds the service over an engine (a store layer does this for you). */
 export const make: Effect.Effect<OutboxShape, never, Engine> = internal.makeOutboxes
 
+/** The service over the engine a store layer provides. */
 export const layer: Layer.Layer<Outbox, never, Engine> = Layer.effect(Outbox, make)

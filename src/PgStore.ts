@@ -15,6 +15,8 @@
  * Claims use `FOR UPDATE SKIP LOCKED`; waiters wake over LISTEN/NOTIFY; by
  * default the program's `Clock` is aligned with the database server's (see
  * `docs/engines.md`).
+ *
+ * @module
  */
 import type { MigrationError } from "@effect/sql/Migrator"
 import type * as SqlClient from "@effect/sql/SqlClient"
@@ -23,17 +25,35 @@ import type * as PgClient from "@effect/sql-pg/PgClient"
 import { Config, type ConfigError, Effect, Layer } from "effect"
 import * as importSqliteInternal from "./internal/pg/importSqlite.js"
 import * as internal from "./internal/pg/store.js"
+import type { Admin } from "./Admin.js"
+import type { Locks } from "./Locks.js"
+import type { Outbox } from "./Outbox.js"
+import type { Queues } from "./Queues.js"
+import type { Scheduler } from "./Scheduler.js"
 import type { InvalidOptions } from "./StoreError.js"
 
-export type StoreSettings = internal.StoreSettings
-export type PgStoreOptions = internal.PgStoreOptions
-export type Mechanisms = internal.Mechanisms
+/** The engine settings either layer takes (all optional; durations as `Duration.DurationInput`). */
+export interface StoreSettings extends internal.StoreSettings {}
+
+/** `layer`'s options: every `@effect/sql-pg` `PgClientConfig` field (`url`, `host`, pool size, ssl, …) plus the engine settings. */
+export interface PgStoreOptions extends internal.PgStoreOptions {}
+
+/** The services every store layer provides. */
+export type Mechanisms = Queues | Locks | Scheduler | Outbox | Admin
+
+/**
+ * A store on a PostgreSQL pool of its own: provides every mechanism and the
+ * `SqlClient` (and `PgClient`) it runs on, for the application's own tables
+ * and transactions. Migrates on open (under an advisory lock); closes the
+ * pool and its LISTEN connection when the layer's scope ends.
+ */
 
 export const layer: (
   options: PgStoreOptions
 ) => Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =
   internal.layer
 
+/** `layer` with its options read from `Config` (e.g. `Config.redacted("DATABASE_URL")` for the url). */
 export const layerConfig = (
   config: Config.Config.Wrap<PgStoreOptions>
 ): Layer.Layer<
@@ -41,11 +61,16 @@ export const layerConfig = (
   SqlError | MigrationError | InvalidOptions | ConfigError.ConfigError
 > => Layer.unwrapEffect(Effect.map(Config.unwrap(config), internal.layer))
 
+/**
+ * A store over the `PgClient` the application provides: its operations join
+ * the application's transactions on that client. Provides the mechanisms only.
+ */
 export const layerFromClient: (
   options?: StoreSettings
 ) => Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> = internal.layerFromClient
 
-export type Imported = importSqliteInternal.Imported
+/** What `importSqlite` copied: how many jobs, schedules and lock rows (`jobs`, `schedules`, `locks`). */
+export interface Imported extends importSqliteInternal.Imported {}
 
 /**
  * Moves a deployment from a SQLite file to PostgreSQL: copies every job

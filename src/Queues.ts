@@ -1,7 +1,9 @@
 /**
- * Durable job queues (CONTRACT §3): enqueue inside the application's own
+ * Durable job queues (docs/contract.md §3): enqueue inside the application's own
  * transaction, claim with a fenced lease, retry on one backoff curve,
  * dead-letter, inspect and repair.
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option, type Schema, type Stream } from "effect"
@@ -15,25 +17,42 @@ import type {
   ReservedName
 } from "./StoreError.js"
 
+/** A job's id: a positive integer, unique in the store and never reused. */
 export type JobId = number
 
 /** A job as stored. Instants are `DateTime.Utc`, durations `Duration`. */
 export interface Job<A = unknown> {
+  /** Unique in the store, never reused. */
   readonly id: JobId
+  /** The queue's name. */
   readonly queue: string
+  /** Decoded by the queue's Schema on a claim; as stored (JSON) from inspection. */
   readonly payload: A
+  /** `"pending"` includes a job not yet due (its `runAt` is in the future; `Admin` calls it `"scheduled"`). */
   readonly state: "pending" | "claimed" | "dead"
+  /** Higher first. */
   readonly priority: number
+  /** When it is (or was) due. */
   readonly runAt: DateTime.Utc
+  /** Claims so far, the current one included; `release` gives one back, `requeueDead` resets them. */
   readonly attempts: number
+  /** Claims it may have before it is dead. */
   readonly maxAttempts: number
+  /** The lease each claim takes. */
   readonly visibilityTimeout: Duration.Duration
+  /** The base of its backoff curve. */
   readonly backoffBase: Duration.Duration
+  /** It is never delivered at or after this instant. */
   readonly expiresAt: Option.Option<DateTime.Utc>
+  /** The current claim's lease end, while claimed. */
   readonly claimedUntil: Option.Option<DateTime.Utc>
+  /** The worker of the current claim, while claimed. */
   readonly workerId: Option.Option<string>
+  /** When it was enqueued (or fired). */
   readonly createdAt: DateTime.Utc
+  /** The text of the last retry's or failure's error (kept through `requeueDead`). */
   readonly lastError: Option.Option<string>
+  /** When it became dead. */
   readonly diedAt: Option.Option<DateTime.Utc>
 }
 
@@ -43,6 +62,7 @@ export interface Job<A = unknown> {
  * or `"lost"`) instead of touching it.
  */
 export interface JobHandle<A = unknown> {
+  /** The job as this claim took it (attempts counted, lease set). */
   readonly job: Job<A>
   /** Deletes the job. */
   readonly ack: Effect.Effect<boolean, SqlError>
@@ -63,12 +83,15 @@ export interface JobHandle<A = unknown> {
   readonly release: Effect.Effect<boolean, SqlError>
 }
 
+/** A queue's depths by state (`Queue.stats`). */
 export interface QueueStats {
   /** Due now. */
   readonly pending: number
   /** `runAt` in the future. */
   readonly scheduled: number
+  /** Claimed, whether or not the lease is live. */
   readonly claimed: number
+  /** Dead, until requeued or purged. */
   readonly dead: number
   /** `now − runAt` of the oldest due pending job. */
   readonly oldestPendingAge: Option.Option<Duration.Duration>
@@ -86,6 +109,7 @@ export interface QueueOpts {
   readonly expires?: Duration.DurationInput
 }
 
+/** One enqueue's options, over the handle's defaults. */
 export interface EnqueueOpts {
   /** Safe integer, higher first; default 0. */
   readonly priority?: number
@@ -101,6 +125,7 @@ export interface EnqueueOpts {
   readonly key?: string
 }
 
+/** `Queue.process`'s (and `OutboxHandle.run`'s) options. */
 export interface ProcessOpts {
   /** Handlers running at once; default 1. */
   readonly concurrency?: number
@@ -108,15 +133,24 @@ export interface ProcessOpts {
   readonly heartbeat?: boolean
 }
 
+/** `Queue.stream`'s options. */
 export interface StreamOpts {
   /** Claim up to this many jobs per round trip; default 1. */
   readonly batch?: number
 }
 
+/** What a waiting operation (`take`, `stream`, `process`) can fail with besides bad options. */
 export type WaitError = DatabaseReplaced | SqlError
 
+/**
+ * A handle on one queue: enqueue, claim (at once, waiting, as a stream or in a
+ * worker pool), inspect and repair. `A` is the payload type (`unknown`
+ * unless the queue was opened with a `schema`).
+ */
 export interface Queue<A = unknown> {
+  /** The queue's name. */
   readonly name: string
+  /** Writes one job and returns its id; joins the caller's transaction on the store's client. */
   readonly enqueue: (payload: A, opts?: EnqueueOpts) => Effect.Effect<JobId, InvalidOptions | InvalidPayload | SqlError>
   /**
    * All rows in one transaction, ids in input order; one invalid payload
@@ -127,7 +161,9 @@ export interface Queue<A = unknown> {
     payloads: Iterable<A>,
     opts?: EnqueueOpts
   ) => Effect.Effect<ReadonlyArray<JobId>, InvalidOptions | InvalidPayload | SqlError>
+  /** Claims the next claimable job now, if any (priority, then `runAt`, then id). */
   readonly claim: (workerId: string) => Effect.Effect<Option.Option<JobHandle<A>>, InvalidOptions | SqlError>
+  /** Claims up to `n` claimable jobs in one transaction. */
   readonly claimBatch: (
     workerId: string,
     n: number
@@ -160,6 +196,7 @@ export interface Queue<A = unknown> {
   readonly getJob: (id: JobId) => Effect.Effect<Option.Option<Job<unknown>>, SqlError>
   /** Deletes a pending or claimed job of this queue. */
   readonly cancel: (id: JobId) => Effect.Effect<boolean, SqlError>
+  /** Depths by state and the oldest due job's age. */
   readonly stats: Effect.Effect<QueueStats, SqlError>
   /** Dead jobs, newest `diedAt` first; default limit 100. */
   readonly dead: (opts?: { readonly limit?: number }) => Effect.Effect<ReadonlyArray<Job<unknown>>, InvalidOptions | SqlError>
@@ -169,12 +206,21 @@ export interface Queue<A = unknown> {
   readonly purgeDead: (olderThan?: Duration.DurationInput) => Effect.Effect<number, InvalidOptions | SqlError>
 }
 
+/** What one `Queues.maintenance` run did. */
 export interface MaintenanceResult {
+  /** Jobs moved to dead as `"expired"`. */
   readonly expired: number
+  /** Dead jobs deleted past the retention. */
   readonly purged: number
 }
 
+/** The `Queues` service. */
 export interface QueuesShape {
+  /**
+   * A handle on the queue `name` (validated, nothing written). With
+   * `schema`, payloads are encoded on enqueue and decoded on claim; a row
+   * that fails to decode goes to dead and never reaches a handler.
+   */
   readonly queue: {
     <A, I>(
       name: string,
@@ -190,6 +236,7 @@ export interface QueuesShape {
   readonly maintenance: Effect.Effect<MaintenanceResult, SqlError>
 }
 
+/** Durable job queues; every store layer provides it. */
 export class Queues extends Context.Tag("alkstore/Queues")<Queues, QueuesShape>() {}
 
 /** Builds the service over an engine. */

@@ -1,7 +1,9 @@
 /**
- * The interval scheduler, collapsed into queues (CONTRACT §5, seed ADR-009):
+ * The interval scheduler, collapsed into queues (docs/contract.md §5):
  * two registrations and one runner. Nothing fires unless some process runs
  * `runSchedules` (or `runAsStandby`).
+ *
+ * @module
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option } from "effect"
@@ -17,6 +19,7 @@ import type {
   ReservedName
 } from "./StoreError.js"
 
+/** Options stamped onto every job a schedule fires. */
 export interface ScheduleOpts {
   /** Priority of each fired job; default 0. */
   readonly priority?: number
@@ -28,19 +31,27 @@ export interface ScheduleOpts {
 
 /** The stored registration, read back. */
 export interface Schedule {
+  /** Unique: registering the same name again updates it. */
   readonly name: string
+  /** As registered, e.g. `"@every 5m"`. */
   readonly spec: string
+  /** The spec's interval. */
   readonly interval: Duration.Duration
+  /** Where each fire enqueues its job. */
   readonly queue: string
+  /** Each fired job's payload. */
   readonly payload: unknown
+  /** Stamped onto each fired job. */
   readonly opts: {
     readonly priority: number
     readonly maxAttempts: number
     readonly expires: Option.Option<Duration.Duration>
   }
+  /** The next boundary: the leader fires it once it has passed. */
   readonly nextFireAt: DateTime.Utc
 }
 
+/** The `Scheduler` service. */
 export interface SchedulerShape {
   /**
    * Registers (upserts by name) a schedule firing `payload` into `queue` at
@@ -73,8 +84,11 @@ export interface SchedulerShape {
   readonly runAsStandby: Effect.Effect<never, DatabaseReplaced | SqlError>
 }
 
+/** The interval scheduler; every store layer provides it. */
 export class Scheduler extends Context.Tag("alkstore/Scheduler")<Scheduler, SchedulerShape>() {}
 
+/** Builds the service over an engine (a store layer does this for you). */
 export const make: Effect.Effect<SchedulerShape, never, Engine> = internal.makeScheduler
 
+/** The service over the engine a store layer provides. */
 export const layer: Layer.Layer<Scheduler, never, Engine> = Layer.effect(Scheduler, make)

@@ -1,6 +1,8 @@
 /**
- * The typed outcomes of alkstore (CONTRACT §2). Every one lives in the error
+ * The typed outcomes of alkstore (docs/contract.md §2). Every one lives in the error
  * channel; storage failures stay `SqlError` from `@effect/sql`.
+ *
+ * @module
  */
 import { Data } from "effect"
 
@@ -93,4 +95,5 @@ export class DatabaseReplaced extends Data.TaggedError("DatabaseReplaced")<{
   }
 }
 
+/** Either way a name can be refused. */
 export type NameError = InvalidName | ReservedName

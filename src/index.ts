@@ -2,6 +2,8 @@
  * alkstore: queues, named TTL locks, an interval scheduler with leader
  * election and a transactional outbox, inside the application's own
  * database, as Effect services.
+ *
+ * @module
  */
 export * as Admin from "./Admin.js"
 export * as Locks from "./Locks.js"

@@ -141,6 +141,10 @@ for (const variant of variants) describe(`scheduler across processes on ${varian
         return undefined
       }
 
+      // This variant's fleet only: a member the previous variant spawned and stopped before it printed its
+      // instance (a slow start under load) would otherwise keep "every member started" false forever.
+      for (const member of members.values()) if (!member.exited) member.child.kill("SIGKILL")
+      members.clear()
       for (let i = 0; i < 3; i++) spawnMember(file)
       await waitFor("three members to start", () =>
         [...members.values()].every((m) => m.instance !== undefined) || undefined, 60_000)

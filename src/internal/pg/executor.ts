@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
@@ -57,11 +58,37 @@ const discard = (conn: Connection) => {
   }
 }
 
+/**
+ * The statement the `pg` driver is given for `text`: with parameters, a
+ * named prepared statement (its name the text's hash, so one name never
+ * means two texts), parsed and planned once per pooled connection instead of
+ * on every call — for the queue's statements most of their server time (an
+ * enqueue's insert: ~0.5 ms of parse and plan against ~0.25 ms to run it).
+ * Without parameters, the text as it is (the simple protocol, which also
+ * runs multi-statement texts). `prepare: false` (e.g. behind a pooler that
+ * cannot keep prepared statements) always sends the text.
+ */
+const statementOf = (prepare: boolean) => {
+  const names = new Map<string, string>()
+  return (text: string, params: ReadonlyArray<Param>): string => {
+    if (!prepare || params.length === 0) return text
+    let name = names.get(text)
+    if (name === undefined) {
+      name = `alkstore_${createHash("sha256").update(text).digest("hex").slice(0, 32)}`
+      names.set(text, name)
+    }
+    // The driver's `query(config, values)` takes a config object where a text goes.
+    return { name, text } as unknown as string
+  }
+}
+
 export const makeExecutor = (
   client: SqlClient.SqlClient,
-  storeId: string
+  storeId: string,
+  options: { readonly prepare?: boolean } = {}
 ): Effect.Effect<PgExecutor, SqlError> =>
   Effect.gen(function*() {
+    const prepared = statementOf(options.prepare ?? true)
     const sql = client.withoutTransforms()
     const Class = yield* connectionClass(client)
     const isMine = (conn: Connection) => conn instanceof Class
@@ -92,13 +119,19 @@ export const makeExecutor = (
       Effect.withFiberRuntime((fiber) => {
         const open = getOpen(fiber.currentContext)
         if (open !== undefined && isMine(open[0])) {
-          return counted(open[0].execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          return counted(open[0].execute(prepared(text, params), params as Array<Param>, undefined)) as Effect.Effect<
+            ReadonlyArray<A>,
+            SqlError
+          >
         }
         // Another client's transaction: neither joinable (another database) nor to be quietly
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
         if (onPool !== undefined) {
-          return counted(onPool.execute(text, params as Array<Param>, undefined)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          return counted(onPool.execute(prepared(text, params), params as Array<Param>, undefined)) as Effect.Effect<
+            ReadonlyArray<A>,
+            SqlError
+          >
         }
         const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
           ReadonlyArray<A>,

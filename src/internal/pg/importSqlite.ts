@@ -5,8 +5,11 @@ import { Effect } from "effect"
 
 /** What an import copied. */
 export interface Imported {
+  /** Jobs copied, in every state. */
   readonly jobs: number
+  /** Schedules copied, with their phase. */
   readonly schedules: number
+  /** Lock rows copied, with their fencing tokens. */
   readonly locks: number
 }
 

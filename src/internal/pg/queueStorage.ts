@@ -36,6 +36,35 @@ export const queueStatements = (s: string, n: Notifier) => {
       AND (state <> 'claimed' OR claimed_until <= $1::bigint)`
   const sweepExpired = `UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
       claimed_until = NULL, worker_id = NULL`
+  /**
+   * The claim's candidates and the promotion of due scheduled rows, as CTEs
+   * ($1 now, $3 queue, $4 how many; `exclude` narrows the lapsed leases).
+   * Candidates come from the pending index, the lapsed leases' index and a
+   * bounded batch of due scheduled rows (the oldest 1000), each taken FOR
+   * UPDATE SKIP LOCKED: rows another claimer holds are skipped, never waited
+   * for, so no row is claimed twice. `picked` is the best `$4` in contract
+   * order (priority, then run_at, then id); the other due scheduled rows move
+   * into the claim index (`pending`) in the same statement (a row is modified
+   * once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the writes on
+   * the primary key whatever the planner estimates.
+   */
+  const claimCtes = (exclude: string) => `due AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
+        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
+      ), pending AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), lapsed AS MATERIALIZED (
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
+          ${exclude}
+        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+      ), picked AS MATERIALIZED (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+        ORDER BY priority DESC, run_at, id LIMIT $4
+      ), promoted AS (
+        UPDATE ${jobs} SET state = 'pending'
+        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
+      )`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
       created_at)`
@@ -60,30 +89,24 @@ export const queueStatements = (s: string, n: Notifier) => {
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
-    // One statement, one round trip: candidates come from the pending index, the lapsed leases'
-    // index and a bounded batch of due scheduled rows (the oldest 1000), each taken FOR UPDATE SKIP
-    // LOCKED (rows another claimer holds are skipped, never waited for); the best `$4` are claimed
-    // and the other due scheduled rows move into the claim index (`pending`) in the same
-    // statement (a row is modified once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the
-    // writes on the primary key whatever the planner estimates. $1 now, $2 worker, $3 queue.
-    claim: `WITH due AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
-        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
-      ), pending AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
-        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-      ), lapsed AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
-        ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
-      ), picked AS MATERIALIZED (
-        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
-        ORDER BY priority DESC, run_at, id LIMIT $4
-      ), promoted AS (
-        UPDATE ${jobs} SET state = 'pending'
-        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
-      )
+    // One statement, one round trip (autocommit outside a transaction: one commit):
+    // the claim's CTEs (below) then the claim's writes.
+    claim: `WITH ${claimCtes("")}
       ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
       RETURNING ${jobColumns("j")}`,
+    // A worker's step between two jobs, one statement (one round trip, one commit): the fenced ack
+    // of job $5 under claim token $6 (exactly `ack`: deleted only while claimed under that token), then
+    // the claim above. All CTEs see one snapshot, in which the acked row is `claimed`: never a pending
+    // or due candidate, and excluded from the lapsed ones by id (its lease may have lapsed while the
+    // token is still its own), so no row is both deleted and claimed. One row per claimed job, or a
+    // single row of NULL job columns when none was; `acked` (0 or 1) on every row.
+    ackAndClaim: `WITH done AS (
+        DELETE FROM ${jobs} WHERE id = $5::bigint AND claim_token = $6::bigint AND state = 'claimed' RETURNING id
+      ), ${claimCtes("AND id <> $5::bigint")}, claimed AS (
+        ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        RETURNING ${jobColumns("j")}
+      )
+      SELECT (SELECT count(*) FROM done) AS acked, c.* FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
     // (an EXISTS drops the order, and may then scan the table for the first match).
     anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
@@ -216,21 +239,44 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
     }))
   }
 
-  /** Claims in rounds: candidates met dead do not count toward `limit`. */
-  const claimRounds = (queue: string, workerId: string, now: number, limit: number) =>
+  /**
+   * Claims in rounds: candidates met dead do not count toward `limit`.
+   * `first` is a first round already run (the fused ack + claim's), or none.
+   */
+  const claimRounds = (
+    queue: string,
+    workerId: string,
+    now: number,
+    limit: number,
+    first?: ReadonlyArray<JobRow>
+  ) =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
+      let rows = first
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
-        const rows = yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
+        rows ??= yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
         for (const row of rows) if (row.state === "claimed") claimed.push(row)
         if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
+        rows = undefined
       }
       return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
     claimRounds(queue, workerId, now, limit)
+
+  // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
+  const ackAndClaim = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
+    Effect.gen(function*() {
+      const raw = yield* db.all<Record<string, unknown>>(
+        sql.ackAndClaim,
+        [now, workerId, queue, limit, fence.id, fence.token]
+      )
+      const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
+      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
+      return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
+    })
 
   const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
 
@@ -257,8 +303,7 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
           return fences.map((fence) => set.has(fence.id))
         }
       ),
-    ackAndClaim: (fence, queue, workerId, now, limit) =>
-      db.transaction(Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))),
+    ackAndClaim,
     retry: (fence, runAt, now, error) =>
       fenced(sql.retry, [runAt, now, error ?? null], fence, notifier.params),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),

@@ -55,10 +55,18 @@ export interface StoreSettings {
   readonly clock?: "database" | "host"
   /** How often the database clock's offset is re-measured; default 60 s. */
   readonly clockResync?: import("effect").Duration.DurationInput
+  /**
+   * Whether the engine's statements run as named prepared statements, parsed
+   * and planned once per pooled connection (default `true`). Set `false`
+   * behind a pooler that cannot keep them (PgBouncer in transaction mode
+   * before 1.21): every statement is then parsed and planned on every call.
+   */
+  readonly prepare?: boolean
 }
 
 export interface ResolvedSettings extends EngineSettings {
   readonly schema: string
+  readonly prepare: boolean
   readonly listenHeartbeatMillis: number
   readonly listenHeartbeatTimeoutMillis: number
   readonly clockResyncMillis: number
@@ -83,8 +91,12 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     if (options.clock !== undefined && options.clock !== "database" && options.clock !== "host") {
       return yield* new InvalidOptions({ field: "clock", reason: `must be "database" or "host"` })
     }
+    if (options.prepare !== undefined && typeof options.prepare !== "boolean") {
+      return yield* new InvalidOptions({ field: "prepare", reason: "must be a boolean" })
+    }
     return {
       schema,
+      prepare: options.prepare ?? true,
       deadRetentionMillis: yield* get("deadRetention", defaultSettings.deadRetentionMillis),
       leaderTtlMillis: yield* get("leaderTtl", defaultSettings.leaderTtlMillis),
       leaderRenewMillis: yield* get("leaderRenewEvery", defaultSettings.leaderRenewMillis),
@@ -152,7 +164,7 @@ export const buildMechanisms = (
 ): Effect.Effect<Built, SqlError | MigrationError, Scope.Scope> =>
   Effect.gen(function*() {
     const instanceId = crypto.randomUUID()
-    const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""))
+    const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""), { prepare: settings.prepare })
     const { schema } = settings
     yield* migrate(executor, schema)
     const notifier = makeNotifier(schema)
