@@ -28,7 +28,7 @@ import { type Check, type CheckConfig, violations as collect } from "../lib/chec
 import { openLedger, readLedger } from "../lib/ledger.js"
 import { type Child, describeExit, kill, sleep, spawnWorker, waitUntil } from "../lib/procs.js"
 import { makeRng, type Rng } from "../lib/rng.js"
-import type { CrashPayload } from "../workers/crash-worker.js"
+import type { CrashPayload } from "../lib/crash-handler.js"
 import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
 
 const visibilityMs = 1_500

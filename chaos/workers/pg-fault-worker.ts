@@ -1,7 +1,6 @@
 /**
  * A worker of the PostgreSQL faults check (chaos/checks/pg-faults.ts): the
- * crash check's worker (the same fsync'd `start`/`done`/`ack` records, plus
- * the payload's `n`) on the shared queue, and a second `process` on a queue
+ * crash check's handler (chaos/lib/crash-handler.ts) on the shared queue, and a second `process` on a queue
  * of its own, `probe-<worker id>`, whose handler records `probe` when it
  * starts: the driver enqueues there to see whether this very process wakes
  * (by NOTIFY: its fallback poll is set far out). Every log line that carries
@@ -11,23 +10,17 @@
  *
  * argv: target (JSON), ledger file, worker id, seed, concurrency, visibility timeout (ms), fallback poll (ms)
  */
-import { Cause, DateTime, Effect, Logger, Option } from "effect"
+import { Cause, Effect, Logger } from "effect"
 import { Queues } from "../../src/index.js"
 import { openStore, parseTarget } from "../engine.js"
+import { crashHandler } from "../lib/crash-handler.js"
 import { openLedger } from "../lib/ledger.js"
 import { makeRng } from "../lib/rng.js"
-import type { CrashPayload } from "./crash-worker.js"
 
 const [targetArg, ledgerFile, workerId, seedArg, concurrencyArg, vtArg, pollArg] = process.argv.slice(2)
 const target = parseTarget(targetArg)
 const ledger = openLedger(ledgerFile!)
 const rng = makeRng(Number(seedArg))
-
-const tokenOf = (handle: unknown): number => {
-  const fence = (handle as { readonly fence?: { readonly token?: unknown } }).fence
-  if (typeof fence?.token !== "number") throw new Error("handle carries no fence token")
-  return fence.token
-}
 
 /** The `_tag`s of the errors a log line carries (as message parts or as its cause), and its defects. */
 const recordingLogger = Logger.make(({ cause, logLevel, message }) => {
@@ -48,29 +41,7 @@ const program = Effect.gen(function*() {
   const queue = yield* queues.queue("chaos", { visibilityTimeout: Number(vtArg) })
   const probes = yield* queues.queue(`probe-${workerId}`)
   ledger.append({ e: "ready", worker: workerId })
-  const work = queue.process(
-    workerId!,
-    (job, handle) =>
-      Effect.gen(function*() {
-        const payload = job.payload as CrashPayload
-        const token = tokenOf(handle)
-        const until = DateTime.toEpochMillis(Option.getOrThrow(job.claimedUntil))
-        ledger.append({ e: "start", job: job.id, n: payload.n, worker: workerId, token, until, selfAck: payload.selfAck })
-        yield* Effect.sleep(payload.workMs + rng.int(0, 5))
-        if (payload.poison) {
-          ledger.append({ e: "fail", job: job.id, token })
-          return yield* Effect.fail("poison job: fails on purpose")
-        }
-        ledger.append({ e: "done", job: job.id, token })
-        if (payload.selfAck) {
-          // an ack that fails (its connection killed) fails the handler: `process` then gives the
-          // claim back for a retry, so another worker may claim it before this lease would end
-          const ok = yield* Effect.tapError(handle.ack, () => Effect.sync(() => ledger.append({ e: "ackFailed", job: job.id, token })))
-          ledger.append({ e: "ack", job: job.id, token, ok })
-        }
-      }),
-    { concurrency: Number(concurrencyArg) }
-  )
+  const work = queue.process(workerId!, crashHandler(ledger, rng, workerId!), { concurrency: Number(concurrencyArg) })
   const probe = probes.process(`${workerId}-probe`, (job) =>
     Effect.sync(() => ledger.append({ e: "probe", job: job.id, worker: workerId, round: (job.payload as { round: number }).round })))
   return yield* Effect.all([work, probe], { concurrency: "unbounded", discard: true })
