@@ -8,8 +8,10 @@
  * instead (bench/.cache/child-<contender>.mjs): same code, but no per-child
  * TypeScript loader and module-resolution cost (~2 s per Effect-based child).
  */
+import { rmSync } from "node:fs"
 import { loadContender } from "./contenders/index.js"
 import type { ChildResult, Sizes, WorkloadId } from "./workloads.js"
+import { baseOf, isWarm } from "./workloads.js"
 
 const [name, workload, file, sizesJson] = process.argv.slice(2)
 if (!name || !workload || !file || !sizesJson) {
@@ -20,7 +22,14 @@ if (!name || !workload || !file || !sizesJson) {
 try {
   const contender = await loadContender(name)
   const sizes = JSON.parse(sizesJson) as Sizes
-  const result = await contender.run(workload as WorkloadId, { file, sizes })
+  const id = workload as WorkloadId
+  if (isWarm(id)) {
+    // The warm-up: the same workload once, untimed, on a throw-away file next to the real one.
+    const warmup = `${file}-warmup`
+    await contender.run(baseOf(id), { file: warmup, sizes })
+    for (const suffix of ["", "-wal", "-shm", "-journal"]) rmSync(`${warmup}${suffix}`, { force: true })
+  }
+  const result = await contender.run(baseOf(id), { file, sizes })
   const out: ChildResult = { ...result, maxRssMB: process.resourceUsage().maxRSS / 1024 }
   process.stdout.write(`RESULT ${JSON.stringify(out)}\n`)
   // Some libraries keep timers/fibers around; the measurement is done.

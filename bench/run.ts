@@ -71,7 +71,7 @@ import { issue14Rows } from "./report-issue14.js"
 import type { WakeDef, WakeResult, WakeSide } from "./waking.js"
 import { WAKE_SCENARIOS, wakeSettings } from "./waking.js"
 import type { ChildResult, Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
-import { FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
+import { baseOf, FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
 
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url))
 const ROOT = path.resolve(BENCH_DIR, "..")
@@ -130,8 +130,8 @@ const PEER_SCALE: Record<string, Partial<Record<WorkloadId, Partial<Sizes>>>> = 
 
 const sizesFor = (c: Contender, w: WorkloadId): Sizes => ({
   ...BASE,
-  ...c.scale?.[w],
-  ...PEER_SCALE[c.name]?.[w]
+  ...c.scale?.[baseOf(w)],
+  ...PEER_SCALE[c.name]?.[baseOf(w)]
 })
 
 // ---------- dependencies of the bench (installed on demand) ----------
@@ -370,7 +370,7 @@ const main = async () => {
   const plan: Array<Planned> = []
   for (const w of workloads) {
     for (const c of contenders) {
-      const support = c.supports[w.id]
+      const support = c.supports[baseOf(w.id)]
       let na = support === true ? undefined : support
       if (w.only && !w.only.includes(c.name)) na = na ?? "not measured for this contender"
       if (na === undefined && unavailable.has(c.name)) na = unavailable.get(c.name)

@@ -7,7 +7,8 @@
  * (repetition, workload, contender) on a fresh WAL database file.
  */
 
-export type WorkloadId =
+/** The workloads a contender implements (`run` is called with one of these). */
+export type BaseWorkloadId =
   | "enqueue-1tx"
   | "enqueue-100tx"
   | "enqueue-batch100"
@@ -20,6 +21,20 @@ export type WorkloadId =
   | "claim-1m"
   | "claim-dead100k"
   | "memory-1m"
+
+/**
+ * A `-warm` workload is its base workload measured in a warm process: the
+ * child first runs the base workload once, untimed, on a throw-away file
+ * (the same code paths, so V8 has compiled them, as in an application after
+ * its first few calls), then again on the fresh file, timed. Contenders
+ * implement the base only.
+ */
+export type WarmWorkloadId = "enqueue-100tx-warm" | "enqueue-batch100-warm" | "drain-batch100-warm" | "drain-batch100-read-warm"
+
+export type WorkloadId = BaseWorkloadId | WarmWorkloadId
+
+export const isWarm = (id: WorkloadId): id is WarmWorkloadId => id.endsWith("-warm")
+export const baseOf = (id: WorkloadId): BaseWorkloadId => (isWarm(id) ? id.slice(0, -"-warm".length) : id) as BaseWorkloadId
 
 export interface Sizes {
   /** jobs enqueued by the enqueue-* workloads */
@@ -134,6 +149,32 @@ export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
     rawRef: "drain-batch100"
   },
   {
+    id: "enqueue-100tx-warm",
+    title: "enqueue, 100 jobs / tx, warm process",
+    description: () => `as enqueue-100tx, after one untimed run of it in the same process (on another file)`,
+    rawRef: "enqueue-100tx-warm",
+    only: ["raw", "alkstore", "plainjob"]
+  },
+  {
+    id: "enqueue-batch100-warm",
+    title: "enqueue, batch API × 100, warm process",
+    description: () => `as enqueue-batch100, after one untimed run of it in the same process (on another file)`,
+    rawRef: "enqueue-100tx-warm"
+  },
+  {
+    id: "drain-batch100-warm",
+    title: "drain batched (100), warm process",
+    description: () => `as drain-batch100, after one untimed run of it in the same process (on another file)`,
+    rawRef: "drain-batch100-warm",
+    only: ["raw", "alkstore"]
+  },
+  {
+    id: "drain-batch100-read-warm",
+    title: "drain batched (100), handler reads each payload, warm process",
+    description: () => `as drain-batch100-read, after one untimed run of it in the same process (on another file)`,
+    rawRef: "drain-batch100-warm"
+  },
+  {
     id: "drain-stream100",
     title: "drain stream (batch 100)",
     description: (s) => `${s.drainJobs} preloaded jobs through the library's stream with batch ${s.batch}, each handle acked on its own`,
@@ -203,12 +244,12 @@ export interface Contender {
   readonly name: string
   readonly label: string
   /** true = implemented; a string = n/a with that reason */
-  readonly supports: Readonly<Record<WorkloadId, true | string>>
+  readonly supports: Readonly<Record<BaseWorkloadId, true | string>>
   /** per-workload size overrides for slow peers (reported in the output) */
-  readonly scale?: Partial<Record<WorkloadId, Partial<Sizes>>> | undefined
+  readonly scale?: Partial<Record<BaseWorkloadId, Partial<Sizes>>> | undefined
   /** where its package.json lives (for the versions table) */
   readonly packages: ReadonlyArray<string>
-  readonly run: (workload: WorkloadId, ctx: RunContext) => Promise<RunResult>
+  readonly run: (workload: BaseWorkloadId, ctx: RunContext) => Promise<RunResult>
 }
 
 /** A small timing helper used by the contenders. */

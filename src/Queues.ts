@@ -95,7 +95,36 @@ export interface QueueStats {
   readonly dead: number
   /** `now − runAt` of the oldest due pending job. */
   readonly oldestPendingAge: Option.Option<Duration.Duration>
+  /** Due pending jobs a claim could not take now because of the queue's limits (0 without limits). */
+  readonly heldBack: number
 }
+
+/** At most `limit` claims in any window of `per`. */
+export interface RateLimit<D = Duration.DurationInput> {
+  /** Integer ≥ 1. */
+  readonly limit: number
+  /** A positive duration. */
+  readonly per: D
+}
+
+/**
+ * A queue's flow-control limits (CONTRACT §9), fleet-wide: every process
+ * sharing the store obeys them. Every field is optional; `{}` turns on fair
+ * rotation across groups alone. See docs/flow-control.md.
+ */
+export interface Limits<D = Duration.DurationInput> {
+  /** At most this many jobs of the queue claimed at once (integer ≥ 1). */
+  readonly concurrency?: number
+  /** At most `limit` claims of the queue in any window of `per`. */
+  readonly rate?: RateLimit<D>
+  /** At most this many jobs of one group claimed at once; 1 makes each group serial, in enqueue order. */
+  readonly groupConcurrency?: number
+  /** At most `limit` claims of one group in any window of `per`. */
+  readonly groupRate?: RateLimit<D>
+}
+
+/** Limits as stored and read back. */
+export type StoredLimits = Limits<Duration.Duration>
 
 /** A handle's defaults for what it enqueues; stamped onto each job, never stored. */
 export interface QueueOpts {
@@ -123,6 +152,8 @@ export interface EnqueueOpts {
   readonly runAt?: Date | DateTime.DateTime | number
   /** Idempotency: while a job with this key is pending or claimed, its id is returned and nothing is written. */
   readonly key?: string
+  /** The job's group (a tenant, a user, an account): a non-empty string. Group limits and fair rotation go by it. */
+  readonly group?: string
 }
 
 /** `Queue.process`'s (and `OutboxHandle.run`'s) options. */
@@ -234,6 +265,26 @@ export interface QueuesShape {
    * The scheduler's leader runs it every minute.
    */
   readonly maintenance: Effect.Effect<MaintenanceResult, SqlError>
+  /**
+   * Refreshes the depth and oldest-pending-age gauges of every queue
+   * (`alkstore.queue.depth`, `alkstore.queue.oldest_pending_age_ms`) from one
+   * read of all queues. Run it on a `Schedule` in a scope where gauges are
+   * exported (docs/observability.md); `queue.stats` refreshes one queue's too.
+   */
+  readonly sampleMetrics: Effect.Effect<void, SqlError>
+  /**
+   * Sets the queue's limits (replacing any it had), for every process sharing
+   * the store, from the next claim on. A bad limit is `InvalidOptions` with
+   * the field's name, and nothing is written.
+   */
+  readonly setLimits: (
+    name: string,
+    limits: Limits
+  ) => Effect.Effect<void, InvalidName | ReservedName | InvalidOptions | SqlError>
+  /** The queue's limits, if it has any. */
+  readonly limits: (name: string) => Effect.Effect<Option.Option<StoredLimits>, InvalidName | ReservedName | SqlError>
+  /** Removes the queue's limits; `true` when it had some. */
+  readonly clearLimits: (name: string) => Effect.Effect<boolean, InvalidName | ReservedName | SqlError>
 }
 
 /** Durable job queues; every store layer provides it. */

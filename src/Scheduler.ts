@@ -27,6 +27,8 @@ export interface ScheduleOpts {
   readonly maxAttempts?: number
   /** Each fired job expires this long after its boundary (> 0); default never. */
   readonly expires?: Duration.DurationInput
+  /** The group of each fired job (flow control, docs/flow-control.md); default none. */
+  readonly group?: string
 }
 
 /** The stored registration, read back. */
@@ -46,6 +48,7 @@ export interface Schedule {
     readonly priority: number
     readonly maxAttempts: number
     readonly expires: Option.Option<Duration.Duration>
+    readonly group: Option.Option<string>
   }
   /** The next boundary: the leader fires it once it has passed. */
   readonly nextFireAt: DateTime.Utc

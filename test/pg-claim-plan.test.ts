@@ -2,7 +2,9 @@
  * The PostgreSQL claim stays on the partial indexes of due work: EXPLAIN
  * (ANALYZE) of the statements a claim runs, over a table holding many dead,
  * acked (deleted), future and other-queue rows, shows index scans only (no
- * sequential scan of the jobs table) that visit no row they then discard.
+ * sequential scan of the jobs table) that visit no row they then discard —
+ * for the plan made for the given values and for the generic plan a named
+ * prepared statement runs on after its fifth execution.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -46,15 +48,29 @@ describe("PostgreSQL claim plan", () => {
       yield* q.ackAll(yield* q.claimBatch("w", 2000)) // acked (deleted)
       yield* other.enqueueBatch(range(3000)) // another queue's due work
       yield* q.enqueueBatch(range(30)) // what a claim should find
-      yield* q.claimBatch("w", 10) // claimed, lease not lapsed
+      const [held] = yield* q.claimBatch("w", 10) // claimed, lease not lapsed
       yield* db.unsafe(`VACUUM ANALYZE ${schema}.__alkstore_jobs`)
 
-      const explain = (text: string, params: ReadonlyArray<unknown>) =>
+      const token = Number((yield* db.unsafe<{ token: string }>(
+        `SELECT claim_token AS token FROM ${schema}.__alkstore_jobs WHERE id = $1`,
+        [held!.job.id]
+      ))[0]!.token)
+
+      // `generic`: the plan without the values, as a prepared statement runs it after five executions.
+      const explain = (text: string, params: ReadonlyArray<unknown>, generic = false) =>
         db.withTransaction(Effect.gen(function*() {
+          const literal = (v: unknown) => (typeof v === "number" ? String(v) : `'${String(v)}'`)
+          if (generic) {
+            yield* db.unsafe(`PREPARE plan_check AS ${text}`)
+            yield* db.unsafe(`SET LOCAL plan_cache_mode = force_generic_plan`)
+          }
           const rows = yield* db.unsafe<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(
-            `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
-            params as Array<string>
+            generic
+              ? `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_check(${params.map(literal).join(", ")})`
+              : `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
+            generic ? [] : params as Array<string>
           )
+          if (generic) yield* db.unsafe(`DEALLOCATE plan_check`)
           const raw = rows[0]!["QUERY PLAN"]
           const parsed = (typeof raw === "string" ? JSON.parse(raw) : raw) as Array<{ Plan: PlanNode }>
           return yield* Effect.fail(new Rollback(parsed[0]!.Plan)) // EXPLAIN ANALYZE ran the write: undo it
@@ -76,14 +92,24 @@ describe("PostgreSQL claim plan", () => {
         }
         for (const index of indexes) expect(all.some((n) => n["Index Name"] === index), text).toBe(true)
       }
-      for (const limit of [1, 5]) {
-        check(
-          yield* explain(sql.claim, [now, "w", "plan", limit]),
-          ["__alkstore_jobs_pending", "__alkstore_jobs_claimed", "__alkstore_jobs_scheduled", "__alkstore_jobs_pkey"],
-          limit
-        )
+      const claimIndexes = [
+        "__alkstore_jobs_pending",
+        "__alkstore_jobs_claimed",
+        "__alkstore_jobs_scheduled",
+        "__alkstore_jobs_pkey"
+      ]
+      for (const generic of [false, true]) {
+        for (const limit of [1, 5]) {
+          check(yield* explain(sql.claim, [now, "w", "plan", limit], generic), claimIndexes, limit)
+          // the worker's fused step: the fenced ack by primary key, then the same claim
+          check(
+            yield* explain(sql.ackAndClaim, [now, "w", "plan", limit, held!.job.id, token], generic),
+            claimIndexes,
+            limit
+          )
+        }
+        check(yield* explain(sql.anyClaimable, ["plan", now], generic), ["__alkstore_jobs_pending"], 1)
       }
-      check(yield* explain(sql.anyClaimable, ["plan", now]), ["__alkstore_jobs_pending"], 1)
     }).pipe(Effect.provide(pgOwned.store({ filename })))
   })
 })

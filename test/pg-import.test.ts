@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Effect, Layer, Option } from "effect"
-import { Locks, PgStore, Scheduler } from "../src/index.js"
+import { Locks, PgStore, Queues, Scheduler } from "../src/index.js"
 import { freshFile, pgOwned, pgSchemaFor, sqliteOwned } from "./contract/harness.js"
 import { advance, queueOf } from "./contract/support.js"
 
@@ -69,6 +69,34 @@ describe("PgStore.importSqlite", () => {
         yield* advance("5 minutes")
         const nextFire = yield* (yield* Scheduler.Scheduler).schedule("sweep", "@every 5m", "maintenance", { kind: "sweep" })
         expect(DateTime.toEpochMillis(nextFire.nextFireAt)).toBe(DateTime.toEpochMillis(before.schedule.nextFireAt))
+      }).pipe(Effect.provide(context))
+    }).pipe(Effect.scoped)
+  })
+
+  it.effect("copies flow control: the limits, the groups and their rounds, the rate log", () => {
+    const sqliteFile = freshFile("to-import-flow")
+    const target = freshFile("imported-flow")
+    return Effect.gen(function*() {
+      yield* Effect.gen(function*() {
+        const queues = yield* Queues.Queues
+        yield* queues.setLimits("tenants", { groupConcurrency: 1, rate: { limit: 2, per: "1 hour" } })
+        const q = yield* queueOf("tenants")
+        yield* q.enqueueBatch(["a1", "a2", "a3"], { group: "a" })
+        yield* q.enqueue("b1", { group: "b" })
+        yield* Effect.flatMap(q.claim("w"), (h) => Option.getOrThrow(h).ack) // a1: one claim of the hour's two
+      }).pipe(Effect.provide(sqliteOwned.store({ filename: sqliteFile })))
+
+      const context = yield* Layer.build(pgOwned.store({ filename: target }))
+      yield* Effect.provide(PgStore.importSqlite({ filename: sqliteFile, schema: pgSchemaFor(target) }), context)
+      yield* Effect.gen(function*() {
+        const limits = Option.getOrThrow(yield* (yield* Queues.Queues).limits("tenants"))
+        expect(limits.groupConcurrency).toBe(1)
+        const q = yield* queueOf("tenants")
+        // b1 before a2 (rotation survives), and then the hour's rate is spent (the log survived)
+        const next = Option.getOrThrow(yield* q.claim("w"))
+        expect(next.job.payload).toBe("b1")
+        expect(Option.isNone(yield* q.claim("w"))).toBe(true)
+        expect((yield* q.stats).heldBack).toBe(2)
       }).pipe(Effect.provide(context))
     }).pipe(Effect.scoped)
   })

@@ -194,6 +194,7 @@ const render = async (data: Rendered) => {
     command: [
       QUICK ? "BENCH_QUICK=1" : "",
       env.BENCH_REPS ? `BENCH_REPS=${REPS}` : "",
+      env.BENCH_HEAVY_REPS ? `BENCH_HEAVY_REPS=${HEAVY_REPS}` : "",
       env.BENCH_WORKLOADS ? `BENCH_WORKLOADS=${env.BENCH_WORKLOADS}` : "",
       env.BENCH_CONTENDERS ? `BENCH_CONTENDERS=${env.BENCH_CONTENDERS}` : "",
       "npm run bench:pg"

@@ -1,6 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, type Option } from "effect"
-import type { ResolvedEnqueue } from "./options.js"
+import type { FlowMemory } from "./flow.js"
+import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -29,19 +30,28 @@ export interface JobRow {
   readonly created_at: number
   readonly last_error: string | null
   readonly died_at: number | null
+  /** The enqueuer's trace context (W3C `traceparent`), when it was enqueued inside a span. */
+  readonly trace_context?: string | null
+  /**
+   * Set by a claim only: the row was claimed from a lapsed lease (its previous
+   * claim neither settled nor heartbeat in time).
+   */
+  readonly lapsed?: boolean
 }
 
 export interface NewJob extends ResolvedEnqueue {
   readonly queue: string
   readonly payload: string
   readonly createdAt: number
+  /** The enqueuer's span as a W3C `traceparent`, stored for the handler's span link. */
+  readonly traceContext?: string | undefined
 }
 
 /**
  * A new job's values in the column order every engine's insert lists them:
  * queue, payload, state, priority, run_at, max_attempts, visibility_timeout,
- * backoff_base, expires_at, idempotency_key, created_at. A job due later is
- * stored `scheduled`, outside the claim index.
+ * backoff_base, expires_at, idempotency_key, created_at, trace_context, then
+ * (flow control) group_key. A job due later is stored `scheduled`, outside the claim index.
  */
 export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.queue,
@@ -54,8 +64,17 @@ export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.backoffBaseMillis,
   job.expiresAt ?? null,
   job.key ?? null,
-  job.createdAt
+  job.createdAt,
+  job.traceContext ?? null,
+  job.group
 ]
+
+/** What a maintenance round did; `expiredByQueue` splits `expired` by queue (for the metrics). */
+export interface MaintenanceRow {
+  readonly expired: number
+  readonly purged: number
+  readonly expiredByQueue: ReadonlyArray<{ readonly queue: string; readonly count: number }>
+}
 
 export interface StatsRow {
   readonly pending: number
@@ -84,7 +103,9 @@ export interface QueueStorage {
   readonly insertOneNow?: (context: Context.Context<never>, job: NewJob) => number | undefined
   /**
    * Claims up to `limit` claimable jobs in contract order. Due jobs that have
-   * expired or spent their attempts move to dead on the way instead.
+   * expired or spent their attempts move to dead on the way instead: their
+   * rows come after the claimed ones, with state `dead` (for the metrics;
+   * they are not claims).
    */
   readonly claim: (
     queue: string,
@@ -132,7 +153,32 @@ export interface QueueStorage {
   readonly maintenance: (
     now: number,
     purgeDiedBefore: number
-  ) => Effect.Effect<{ readonly expired: number; readonly purged: number }, SqlError>
+  ) => Effect.Effect<MaintenanceRow, SqlError>
+}
+
+/** What a read-only flow walk found: whether a claim now could take a job, and when a rate window reopens. */
+export interface FlowProbe {
+  readonly limited: boolean
+  readonly claimable: boolean
+  readonly reopenAt: number | null
+}
+
+/**
+ * Flow control's storage (CONTRACT §9): the limits rows, and the read-only
+ * walks waiters and `stats` use. Limited claims themselves run inside
+ * `QueueStorage.claim` (its "this queue has limits" check routes them).
+ */
+export interface FlowStorage {
+  readonly get: (queue: string) => Effect.Effect<Option.Option<ResolvedLimits>, SqlError>
+  /** Upserts; a queue getting limits numbers its live jobs' rounds (docs/flow-control.md). */
+  readonly set: (queue: string, limits: ResolvedLimits, now: number) => Effect.Effect<void, SqlError>
+  readonly clear: (queue: string) => Effect.Effect<boolean, SqlError>
+  readonly probe: (queue: string, now: number) => Effect.Effect<FlowProbe, SqlError>
+  /** How many due pending jobs a claim could take now; `undefined` without limits. */
+  readonly claimablePending: (queue: string, now: number) => Effect.Effect<number | undefined, SqlError>
+  /** Tells other processes a limited queue's slot freed, on commit (PostgreSQL's NOTIFY; SQLite's commits tell by themselves). */
+  readonly freed: (queue: string) => Effect.Effect<void, SqlError>
+  readonly memory: FlowMemory
 }
 
 export interface LockRow {
@@ -172,6 +218,8 @@ export interface ScheduleRow {
   readonly priority: number
   readonly max_attempts: number
   readonly expires_ms: number | null
+  /** `''` for none. */
+  readonly group_key: string
   readonly next_fire_at: number
   readonly created_at: number
   readonly updated_at: number
@@ -186,6 +234,8 @@ export interface NewSchedule {
   readonly priority: number
   readonly maxAttempts: number
   readonly expiresMillis: number | undefined
+  /** `''` for none; stored after `newScheduleValues`' columns. */
+  readonly group: string
 }
 
 /**
@@ -289,6 +339,7 @@ export const defaultSettings: EngineSettings = {
 
 export interface EngineShape {
   readonly queues: QueueStorage
+  readonly flow: FlowStorage
   readonly locks: LockStorage
   readonly schedules: ScheduleStorage
   readonly admin: AdminStorage

@@ -7,6 +7,7 @@ import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
+import { attr, type Attributes, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -113,6 +114,9 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
   readonly queueName: string
 }
 
+/** What settling a claim came to (a span's `alkstore.outcome`). */
+export type Outcome = "acked" | "released" | "retried" | "dead" | "lost"
+
 /**
  * The outcome of a handler on its claim: success acks, interruption alone
  * releases (no attempt spent), any other failure or defect retries on the
@@ -121,11 +125,18 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
 export const settle = <A, E>(
   handle: Q.JobHandle<A>,
   exit: Exit.Exit<void, E>
-): Effect.Effect<void, InvalidOptions | SqlError> => {
-  if (Exit.isSuccess(exit)) return Effect.asVoid(handle.ack)
-  if (Cause.isInterruptedOnly(exit.cause)) return Effect.asVoid(handle.release)
-  return Effect.asVoid(handle.retry(causeText(exit.cause)))
+): Effect.Effect<Outcome, InvalidOptions | SqlError> => {
+  if (Exit.isSuccess(exit)) return Effect.map(handle.ack, (ok) => (ok ? "acked" : "lost"))
+  if (Cause.isInterruptedOnly(exit.cause)) return Effect.map(handle.release, (ok) => (ok ? "released" : "lost"))
+  return handle.retry(causeText(exit.cause))
 }
+
+/** A claim's span attributes. */
+export const jobAttributes = (queueName: string, row: JobRow): Attributes => ({
+  [attr.queue]: queueName,
+  [attr.jobId]: row.id,
+  [attr.attempt]: row.attempts
+})
 
 /**
  * Claim handles of one queue. Claims come by the thousand: the `Job` view
@@ -137,10 +148,18 @@ export const makeHandles = <A>(
   queueName: string,
   storage: QueueStorage,
   signal: (count: number) => Effect.Effect<void>,
-  codec: PayloadCodec<A>
+  codec: PayloadCodec<A>,
+  m: QueueMetrics,
+  /** After an ack or a death: wakes waiters a limited queue held back (flow control). */
+  freed: Effect.Effect<void, SqlError> = Effect.void
 ) => {
+  const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
-  const bury = (fence: Fence, error: string | undefined) => Effect.flatMap(now, (at) => storage.bury(fence, at, error))
+  const bury = (fence: Fence, error: string | undefined) =>
+    Effect.map(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) => {
+      if (buried) m.dead(1)
+      return buried
+    }).pipe(Effect.tap(freeing))
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
@@ -153,17 +172,26 @@ export const makeHandles = <A>(
       if (this.view === undefined) this.view = new JobView(this.row, this.payload, queueName)
       return this.view
     }
+    get attributes() {
+      return jobAttributes(queueName, this.row)
+    }
     get ack() {
-      return storage.ack(this.fence)
+      const acked = Effect.map(storage.ack(this.fence), (ok) => {
+        if (ok) m.acked(1)
+        return ok
+      }).pipe(Effect.tap(freeing))
+      return traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"))
     }
     get release() {
-      return Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
+      const released = Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
+      return traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"))
     }
     get retry() {
       const { fence, row } = this
-      return (error?: unknown, delay?: Duration.DurationInput) => Effect.gen(function*() {
+      const attributes = () => this.attributes
+      return (error?: unknown, delay?: Duration.DurationInput) => traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
         if (row.attempts >= row.max_attempts) {
@@ -172,17 +200,23 @@ export const makeHandles = <A>(
         const at = yield* now
         const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
         const retried = yield* storage.retry(fence, runAt, at, text)
-        if (retried) yield* signal(1)
+        if (retried) {
+          m.retried()
+          yield* signal(1)
+        }
         return retried ? "retried" as const : "lost" as const
-      })
+      }), (outcome, span) => span.attribute(attr.outcome, outcome))
     }
     get fail() {
       const { fence } = this
-      return (error: unknown) => bury(fence, errorText(error) ?? "failed")
+      const attributes = () => this.attributes
+      return (error: unknown) =>
+        traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"))
     }
     get heartbeat() {
       const { fence, row } = this
-      return (extend?: Duration.DurationInput) => Effect.gen(function*() {
+      const attributes = () => this.attributes
+      return (extend?: Duration.DurationInput) => traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
         const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
         const claimedUntil = yield* instantAfter(
           extendMillis === undefined ? "visibilityTimeout" : "extend",
@@ -190,23 +224,37 @@ export const makeHandles = <A>(
           extendMillis ?? row.visibility_timeout
         )
         return yield* storage.heartbeat(fence, claimedUntil)
-      })
+      }), wonOrLost("extended"))
     }
   }
 
-  /** Handles for claimed rows; a row that fails its Schema goes to dead with the decode error. */
+  /**
+   * Handles for claimed rows (counted: claims, lapses, the wait since due);
+   * the candidates a claim met dead are only counted. A row that fails its
+   * Schema goes to dead with the decode error.
+   */
   const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
     const handles: Array<ClaimHandle<A>> = []
     const undecodable: Array<[JobRow, InvalidPayload]> = []
     for (const row of rows) {
+      if (row.state !== "claimed") {
+        if (row.last_error === "expired") m.expired(1)
+        else m.dead(1)
+        continue
+      }
+      m.wait(at - row.run_at)
+      if (row.lapsed === true) m.leaseLapse()
       const payload = codec.decode(row.payload)
       if (payload instanceof InvalidPayload) undecodable.push([row, payload])
       else handles.push(new Handle(row, payload))
     }
+    if (handles.length > 0) m.claimed(handles.length)
     if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
     return Effect.as(
       Effect.forEach(undecodable, ([row, error]) =>
-        storage.bury({ id: row.id, token: row.claim_token }, at, error.reason)),
+        Effect.map(storage.bury({ id: row.id, token: row.claim_token }, at, error.reason), (buried) => {
+          if (buried) m.dead(1)
+        })),
       { handles, buried: undecodable.length }
     )
   }

@@ -5,6 +5,7 @@ import { durationMillis, instantAfter, optionalDurationMillis } from "./duration
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { validateText } from "./options.js"
+import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
 
@@ -15,7 +16,7 @@ const ttlFromNow = (ttl: Duration.DurationInput) =>
 
 /** Takes `name` for `owner` (names are validated by the caller; the ttl's lease end is in range). */
 export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>
-  Effect.gen(function*() {
+  traced("alkstore.lock.acquire", () => ({ [attr.lock]: name, [attr.owner]: owner }), Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
     const row = yield* storage.acquire(name, owner, now, now + ttlMillis)
     return Option.map(row, (row): L.LockHandle => ({
@@ -24,14 +25,32 @@ export const acquireLock = (storage: LockStorage, name: string, owner: string, t
       token: row.token,
       expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
       renew: (ttl) =>
-        Effect.gen(function*() {
+        traced("alkstore.lock.renew", spanAttributes(name, owner, row.token), Effect.gen(function*() {
           const millis = (yield* optionalDurationMillis("ttl", ttl, { positive: true })) ?? ttlMillis
           const at = yield* Clock.currentTimeMillis
           return yield* storage.renew(name, owner, row.token, at, yield* instantAfter("ttl", at, millis))
-        }),
-      release: Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at))
+        }), wonOrLost("renewed")),
+      release: traced(
+        "alkstore.lock.release",
+        spanAttributes(name, owner, row.token),
+        Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at)),
+        wonOrLost("released")
+      )
     }))
-  })
+  }), (lock, span) =>
+    Option.match(lock, {
+      onNone: () => span.attribute(attr.outcome, "unavailable"),
+      onSome: (held) => {
+        span.attribute(attr.outcome, "acquired")
+        span.attribute(attr.token, held.token)
+      }
+    }))
+
+const spanAttributes = (name: string, owner: string, token: number) => () => ({
+  [attr.lock]: name,
+  [attr.owner]: owner,
+  [attr.token]: token
+})
 
 /**
  * Renews `handle` every third of its ttl until interrupted; fails with
@@ -59,7 +78,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       const ttl = yield* ttlFromNow(opts.ttl)
       const owner = yield* checkOwner(opts.owner ?? defaultOwner)
       return yield* acquireLock(storage, name, owner, ttl)
-    }).pipe(Effect.withSpan("Locks.acquire", { attributes: { name } }))
+    })
 
   const withLock: L.LocksShape["withLock"] = (name, ttl, effect) =>
     Effect.gen(function*() {
@@ -82,7 +101,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
             )
           )
       )
-    }).pipe(Effect.withSpan("Locks.withLock", { attributes: { name } }))
+    }).pipe(Effect.withSpan("alkstore.lock.with_lock", { attributes: { [attr.lock]: name } }))
 
   return { acquire, withLock }
 })

@@ -2,6 +2,7 @@ import type { Duration, Schema } from "effect"
 import { Effect } from "effect"
 import { InvalidOptions } from "../StoreError.js"
 import {
+  checkDuration,
   checkInstant,
   checkInstantAfter,
   type Checked,
@@ -51,6 +52,7 @@ export interface EnqueueOptionsInput {
   readonly delay?: Duration.DurationInput | undefined
   readonly runAt?: InstantInput | undefined
   readonly key?: string | undefined
+  readonly group?: string | undefined
 }
 
 export const checkSafeInteger = (field: string, value: number | undefined, min?: number): Checked<number | undefined> => {
@@ -115,6 +117,8 @@ export interface ResolvedEnqueue {
   readonly backoffBaseMillis: number
   readonly expiresAt: number | undefined
   readonly key: string | undefined
+  /** The job's group; `""` for none (a given group is never empty). */
+  readonly group: string
 }
 
 /**
@@ -140,7 +144,8 @@ export const checkEnqueue = (
       visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
       backoffBaseMillis: stamp.backoffBaseMillis,
       expiresAt,
-      key: undefined
+      key: undefined,
+      group: ""
     }
   }
   const priority = checkSafeInteger("priority", options.priority)
@@ -161,6 +166,8 @@ export const checkEnqueue = (
   if (isInvalid(runAt)) return runAt
   const keyError = options.key === undefined ? undefined : checkText("key", options.key)
   if (keyError !== undefined) return keyError
+  const groupError = options.group === undefined ? undefined : checkText("group", options.group)
+  if (groupError !== undefined) return groupError
   const expiresAfter = expires ?? stamp.expiresMillis
   const expiresAt = expiresAfter === undefined ? undefined : checkInstantAfter("expires", now, expiresAfter)
   if (isInvalid(expiresAt)) return expiresAt
@@ -177,7 +184,8 @@ export const checkEnqueue = (
     visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
     backoffBaseMillis: stamp.backoffBaseMillis,
     expiresAt,
-    key: options.key
+    key: options.key,
+    group: options.group ?? ""
   }
 }
 
@@ -186,3 +194,58 @@ export const positiveCount = (field: string, value: number) =>
   typeof value === "number" && Number.isSafeInteger(value) && value >= 1
     ? Effect.succeed(value)
     : Effect.fail(new InvalidOptions({ field, reason: "must be a whole number of at least 1" }))
+
+/** A queue's limits as every engine stores them (CONTRACT §9); `null` for a limit not set. */
+export interface ResolvedLimits {
+  readonly concurrency: number | null
+  readonly rateLimit: number | null
+  readonly ratePerMillis: number | null
+  readonly groupConcurrency: number | null
+  readonly groupRateLimit: number | null
+  readonly groupRatePerMillis: number | null
+}
+
+const checkRate = (
+  field: string,
+  rate: { readonly limit: number; readonly per: Duration.DurationInput } | undefined
+): Checked<readonly [number, number] | undefined> => {
+  if (rate === undefined) return undefined
+  if (typeof rate !== "object" || rate === null) {
+    return new InvalidOptions({ field, reason: "must be an object { limit, per }" })
+  }
+  const limit = checkSafeInteger(`${field}.limit`, rate.limit, 1)
+  if (isInvalid(limit)) return limit
+  if (limit === undefined) return new InvalidOptions({ field: `${field}.limit`, reason: "is required" })
+  if (rate.per === undefined) return new InvalidOptions({ field: `${field}.per`, reason: "is required" })
+  const per = checkDuration(`${field}.per`, rate.per, true)
+  if (isInvalid(per)) return per
+  return [limit, per]
+}
+
+/** Validates `Queues.setLimits`' argument; the error names the field (`"rate.per"`, `"groupConcurrency"`, …). */
+export const checkLimits = (limits: {
+  readonly concurrency?: number | undefined
+  readonly rate?: { readonly limit: number; readonly per: Duration.DurationInput } | undefined
+  readonly groupConcurrency?: number | undefined
+  readonly groupRate?: { readonly limit: number; readonly per: Duration.DurationInput } | undefined
+}): Checked<ResolvedLimits> => {
+  if (typeof limits !== "object" || limits === null) {
+    return new InvalidOptions({ field: "limits", reason: "must be an object" })
+  }
+  const concurrency = checkSafeInteger("concurrency", limits.concurrency, 1)
+  if (isInvalid(concurrency)) return concurrency
+  const rate = checkRate("rate", limits.rate)
+  if (isInvalid(rate)) return rate
+  const groupConcurrency = checkSafeInteger("groupConcurrency", limits.groupConcurrency, 1)
+  if (isInvalid(groupConcurrency)) return groupConcurrency
+  const groupRate = checkRate("groupRate", limits.groupRate)
+  if (isInvalid(groupRate)) return groupRate
+  return {
+    concurrency: concurrency ?? null,
+    rateLimit: rate?.[0] ?? null,
+    ratePerMillis: rate?.[1] ?? null,
+    groupConcurrency: groupConcurrency ?? null,
+    groupRateLimit: groupRate?.[0] ?? null,
+    groupRatePerMillis: groupRate?.[1] ?? null
+  }
+}

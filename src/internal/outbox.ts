@@ -1,11 +1,16 @@
-import { Effect, Exit, Option } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, type Exit, Option } from "effect"
 import type * as O from "../Outbox.js"
+import type { InvalidOptions } from "../StoreError.js"
 import { Engine } from "./engine.js"
+import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { outboxQueueName, validateName } from "./names.js"
 import { outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
 import { jsonCodec } from "./payload.js"
-import { settle } from "./handle.js"
 import { makeQueue } from "./queue.js"
+import { attr, linkOf, tracing, withNewSpan } from "./telemetry.js"
+
+const deliverSpan = "alkstore.outbox.deliver"
 
 export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
@@ -13,33 +18,57 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
     Effect.map(
       Effect.zip(validateName(name), resolveQueueOptions(outboxDefaults, opts)),
       ([name, stamp]): O.OutboxHandle => {
-      const queue = makeQueue(engine, outboxQueueName(name), stamp, jsonCodec)
-      return {
-        name,
-        enqueue: queue.enqueue,
-        runOnce: (workerId, deliver) =>
-          Effect.uninterruptibleMask((restore) =>
-            Effect.flatMap(
-              queue.claim(workerId),
-              Option.match({
-                onNone: () => Effect.succeed(false),
-                onSome: (handle) =>
-                  Effect.suspend(() => restore(deliver(handle.job, handle))).pipe(
-                    Effect.exit,
-                    Effect.flatMap((exit: Exit.Exit<void, unknown>) => settle(handle, exit)),
-                    Effect.as(true)
-                  )
-              })
+        const queueName = outboxQueueName(name)
+        // A delivery's span is named for the outbox, in `run` as in `runOnce`.
+        const queue = makeQueue(engine, queueName, stamp, jsonCodec, {
+          name: deliverSpan,
+          attributes: { [attr.outbox]: name }
+        })
+        /** One delivery and its settling; in its own span (linked to the enqueuer) when this fiber traces. */
+        const deliverOne = <E, R>(
+          handle: ClaimHandle<unknown>,
+          deliver: O.Deliver<E, R>,
+          restore: <X, E2, R2>(effect: Effect.Effect<X, E2, R2>) => Effect.Effect<X, E2, R2>
+        ) => {
+          const delivered = Effect.suspend(() => restore(deliver(handle.job, handle))).pipe(
+            Effect.exit,
+            Effect.flatMap((exit: Exit.Exit<void, unknown>) => settle(handle, exit))
+          )
+          return Effect.withFiberRuntime<boolean, InvalidOptions | SqlError, R>((fiber) => {
+            if (!tracing(fiber)) return Effect.as(delivered, true)
+            const link = linkOf(handle.row.trace_context)
+            return withNewSpan(
+              deliverSpan,
+              { [attr.outbox]: name, ...jobAttributes(queueName, handle.row) },
+              (span) => Effect.map(delivered, (outcome) => {
+                span.attribute(attr.outcome, outcome)
+                return true
+              }),
+              { kind: "consumer", root: true, ...(link === undefined ? {} : { links: [link] }) }
             )
-          ).pipe(Effect.withSpan("Outbox.runOnce", { attributes: { name } })),
-        run: (workerId, deliver, opts) => queue.process(workerId, deliver, opts),
-        stats: queue.stats,
-        dead: queue.dead,
-        requeueDead: queue.requeueDead,
-        purgeDead: queue.purgeDead,
-        getJob: queue.getJob
+          })
+        }
+        return {
+          name,
+          enqueue: queue.enqueue,
+          runOnce: (workerId, deliver) =>
+            Effect.uninterruptibleMask((restore) =>
+              Effect.flatMap(
+                queue.claim(workerId),
+                Option.match({
+                  onNone: () => Effect.succeed(false),
+                  onSome: (handle) => deliverOne(handle as ClaimHandle<unknown>, deliver, restore)
+                })
+              )
+            ),
+          run: (workerId, deliver, opts) => queue.process(workerId, deliver, opts),
+          stats: queue.stats,
+          dead: queue.dead,
+          requeueDead: queue.requeueDead,
+          purgeDead: queue.purgeDead,
+          getJob: queue.getJob
+        }
       }
-    }
     )
   return { outbox }
 })

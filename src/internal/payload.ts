@@ -13,7 +13,7 @@ export const jsonProblem = (
     readonly dropUndefinedProperties?: boolean
   } = {}
 ): string | undefined =>
-  isPlainJson(value, options.dropUndefinedProperties === true, []) ? undefined : describeProblem(value, options)
+  isPlainJson(value, options.dropUndefinedProperties === true, undefined) ? undefined : describeProblem(value, options)
 
 /**
  * How deep containers may nest in a payload. The checks here, the engines'
@@ -39,9 +39,14 @@ const isPlainArray = (a: Array<unknown>) =>
 /**
  * `jsonProblem`'s answer for the common case, on every enqueue: no path
  * strings, no Set (payloads are shallow: the ancestors are a short array,
- * whose length is the nesting depth).
+ * whose length is the nesting depth), and no allocation for a payload whose
+ * object has no nested containers (`ancestors` is made on the first one).
+ * A plain object's keys are walked with `for…in`, which allocates nothing:
+ * its prototype is `Object.prototype` or null, so every key is its own
+ * unless someone made a property of `Object.prototype` enumerable, which
+ * `Object.hasOwn` skips, as JSON does.
  */
-const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object>): boolean => {
+const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object> | undefined): boolean => {
   switch (typeof v) {
     case "string":
     case "boolean":
@@ -54,25 +59,37 @@ const isPlainJson = (v: unknown, dropUndefined: boolean, ancestors: Array<object
       return false
   }
   if (v === null) return true
-  if (ancestors.length >= maxPayloadDepth || ancestors.includes(v)) return false
+  let chain = ancestors
+  if (chain !== undefined && (chain.length >= maxPayloadDepth || chain.includes(v))) return false
   if (Array.isArray(v)) {
     if (!isPlainArray(v)) return false
-    ancestors.push(v)
     for (let i = 0; i < v.length; i++) {
-      if (!(i in v) || !isPlainJson(v[i], dropUndefined, ancestors)) return false
+      if (!(i in v)) return false
+      const element: unknown = v[i]
+      if (typeof element === "object" && element !== null) {
+        chain ??= []
+        chain.push(v)
+        const plain = isPlainJson(element, dropUndefined, chain)
+        chain.pop()
+        if (!plain) return false
+      } else if (!isPlainJson(element, dropUndefined, undefined)) return false
     }
-    ancestors.pop()
     return true
   }
   const proto = Object.getPrototypeOf(v)
   if ((proto !== Object.prototype && proto !== null) || Object.getOwnPropertySymbols(v).length > 0) return false
-  ancestors.push(v)
-  for (const key of Object.keys(v)) {
+  for (const key in v) {
+    if (!Object.hasOwn(v, key)) continue
     const property = (v as Record<string, unknown>)[key]
     if (property === undefined && dropUndefined) continue
-    if (!isPlainJson(property, dropUndefined, ancestors)) return false
+    if (typeof property === "object" && property !== null) {
+      chain ??= []
+      chain.push(v)
+      const plain = isPlainJson(property, dropUndefined, chain)
+      chain.pop()
+      if (!plain) return false
+    } else if (!isPlainJson(property, dropUndefined, undefined)) return false
   }
-  ancestors.pop()
   return true
 }
 
@@ -161,7 +178,9 @@ const thrownProblem = (cause: unknown, doing: string) =>
 /** Checks and serializes a payload for storage. */
 export const checkJson = (value: unknown): string | InvalidPayload => {
   try {
-    const problem = jsonProblem(value)
+    // The quick check first (no options object per call); the problem's text only when it says no.
+    if (isPlainJson(value, false, undefined)) return JSON.stringify(value)
+    const problem = describeProblem(value, {})
     return problem === undefined ? JSON.stringify(value) : new InvalidPayload({ reason: problem })
   } catch (cause) {
     return thrownProblem(cause, "serialize")

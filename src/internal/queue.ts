@@ -1,7 +1,7 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream } from "effect"
+import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
-import { InvalidOptions } from "../StoreError.js"
+import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid, optionalDurationMillis } from "./duration.js"
 import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
@@ -17,10 +17,24 @@ import {
   type Stamp,
   validateText
 } from "./options.js"
-import { type ClaimHandle, makeHandles, oldestPendingAge, settle, storedJob } from "./handle.js"
+import { type ClaimHandle, jobAttributes, makeHandles, oldestPendingAge, settle, storedJob } from "./handle.js"
+import {
+  attr,
+  countExpired,
+  inSpan,
+  linkOf,
+  queueMetrics,
+  setGauges,
+  traced,
+  traceparentOf,
+  tracing,
+  withNewSpan
+} from "./telemetry.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import { transientRetry } from "./transient.js"
 import type { WakeReason } from "./wake.js"
+import type { FlowProbe } from "./engine.js"
+import { makeLimits } from "./limits.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -40,13 +54,32 @@ export const makeQueue = <A>(
   engine: EngineShape,
   name: string,
   stamp: Stamp,
-  codec: PayloadCodec<A>
+  codec: PayloadCodec<A>,
+  /** The per-job span of `process` (an outbox names its own), and attributes every span of it carries. */
+  processSpan: { readonly name: string; readonly attributes: Record<string, unknown> } = {
+    name: "alkstore.queue.process",
+    attributes: {}
+  }
 ): Q.Queue<A> => {
   const storage = engine.queues
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
+  const m = queueMetrics(name)
+  const queueAttributes = () => ({ [attr.queue]: name })
+  const claimAttributes = (workerId: string) => () => ({ [attr.queue]: name, [attr.workerId]: workerId })
+  const claimOutcome = (handles: ReadonlyArray<ClaimHandle<A>>, span: Tracer.Span) => {
+    span.attribute(attr.count, handles.length)
+    span.attribute(attr.outcome, handles.length > 0 ? "claimed" : "empty")
+    if (handles.length === 1) {
+      span.attribute(attr.jobId, handles[0]!.row.id)
+      span.attribute(attr.attempt, handles[0]!.row.attempts)
+    }
+  }
 
-  const { toHandles } = makeHandles(name, storage, signal, codec)
+  const flow = engine.flow
+  // A slot of a limited queue freed (ack, death, cancel): wake a waiter here, and other processes.
+  const freed = Effect.suspend(() => (flow.memory.known(name) ? Effect.zipRight(signal(1), flow.freed(name)) : Effect.void))
+  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
@@ -81,15 +114,26 @@ export const makeQueue = <A>(
           Effect.gen(function*() {
             const at = yield* now
             // A signal from this process means work is there: claim at once. Any
-            // other wake asks with a read first, so idle waiters never write.
-            const look = reason === "signalled" || (yield* storage.hasClaimable(name, at))
+            // other wake asks with a read first, so idle waiters never write; on a
+            // queue seen limited that read is the flow walk's (docs/flow-control.md).
+            let probe: FlowProbe | undefined
+            const look = reason === "signalled" ||
+              (flow.memory.known(name)
+                ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
+                : yield* storage.hasClaimable(name, at))
             const handles = look ? yield* claimUpTo(workerId, n) : []
             if (handles.length > 0) {
               ticket.cancel()
               engine.wake.signal(name, 1) // pass the baton: there may be more
               return handles
             }
-            const deadline = yield* storage.nextDeadline(name, at)
+            // Held back by a limit: also wake when its rate window admits the next claim.
+            if (probe === undefined && flow.memory.known(name)) probe = yield* flow.probe(name, at)
+            const reopenAt = probe?.reopenAt ?? null
+            const deadline = Option.map(
+              yield* storage.nextDeadline(name, at),
+              (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
+            ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const wakeAfter = Option.match(deadline, {
               onNone: () => engine.settings.fallbackPollMillis,
               onSome: (d) => Math.min(d - at, engine.settings.fallbackPollMillis)
@@ -113,19 +157,27 @@ export const makeQueue = <A>(
     Effect.map(toHandles(rows, at), ({ handles }) => Option.fromNullable(handles[0]))
 
   // A worker's step between two jobs: in place where the engine can (one effect), else as effects.
-  const ackThenClaim = (handle: ClaimHandle<A>, workerId: string) =>
+  const ackThenClaim = (handle: ClaimHandle<A>, workerId: string, onAck?: (acked: boolean) => void) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const at = nowOf(fiber)
       if (storage.ackAndClaimNow !== undefined) {
-        let result: { readonly rows: ReadonlyArray<JobRow> } | undefined
+        let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
         try {
           result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, at, 1)
         } catch (cause) {
           return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
         }
-        if (result !== undefined) return nextOf(result.rows, at)
+        if (result !== undefined) {
+          if (result.acked) m.acked(1)
+          onAck?.(result.acked)
+          return nextOf(result.rows, at)
+        }
       }
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ rows }) => nextOf(rows, at))
+      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
+        if (acked) m.acked(1)
+        onAck?.(acked)
+        return nextOf(rows, at)
+      })
     })
 
   /**
@@ -160,15 +212,39 @@ export const makeQueue = <A>(
       const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
       const worker = Effect.uninterruptibleMask((restore) => {
         // Runs one claim; after a success, acks it and claims the next in one transaction.
-        const runOne = (handle: ClaimHandle<A>): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
+        // The handler's time goes to its histogram; when this fiber traces, the job runs in its
+        // own span (a root: one trace per job, linked to the span that enqueued it).
+        const runOne = (handle: ClaimHandle<A>): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> =>
+          Effect.withFiberRuntime((fiber) => {
+            if (!tracing(fiber)) return runJob(fiber, handle, undefined)
+            const link = linkOf(handle.row.trace_context)
+            return withNewSpan(
+              processSpan.name,
+              { ...processSpan.attributes, ...jobAttributes(name, handle.row), [attr.workerId]: workerId },
+              (span) => Effect.withFiberRuntime((inner) => runJob(inner, handle, span)),
+              { kind: "consumer", root: true, ...(link === undefined ? {} : { links: [link] }) }
+            )
+          })
+        const runJob = (
+          fiber: Fiber.RuntimeFiber<any, any>,
+          handle: ClaimHandle<A>,
+          span: Tracer.Span | undefined
+        ): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
           // The handler, with its heartbeat when asked, runs interruptible: the worker's
           // interruption reaches it (and the beat) and its claim is then released.
           const work = Effect.suspend(() => handler(handle.job, handle))
           const run = restore(opts?.heartbeat === true ? withHeartbeat(handle, work) : work)
-          return Effect.flatMap(
-            Effect.exit(run),
-            (exit) => Exit.isSuccess(exit) ? ackThenClaim(handle, workerId) : Effect.as(settle(handle, exit), Option.none())
-          )
+          const started = nowOf(fiber)
+          return Effect.flatMap(Effect.exit(run), (exit) => {
+            m.handler(nowOf(fiber) - started)
+            if (Exit.isSuccess(exit)) {
+              return ackThenClaim(handle, workerId, span && ((acked) => span.attribute(attr.outcome, acked ? "acked" : "lost")))
+            }
+            return Effect.as(
+              span === undefined ? settle(handle, exit) : Effect.tap(settle(handle, exit), (outcome) => span.attribute(attr.outcome, outcome)),
+              Option.none()
+            )
+          })
         }
         // A claim in hand always runs (or is released, when interrupted); with
         // none, `restore(Effect.void)` is where a pending interruption stops the
@@ -194,9 +270,9 @@ export const makeQueue = <A>(
         concurrency: "unbounded",
         discard: true
       }).pipe(Effect.zipRight(Effect.never))
-    }).pipe(Effect.withSpan("Queue.process", { attributes: { queue: name, workerId } }))
+    }).pipe(Effect.withSpan("alkstore.queue.worker", { attributes: { [attr.queue]: name, [attr.workerId]: workerId } }))
 
-  const newJob = (resolved: ResolvedEnqueue, payload: string, at: number): NewJob => ({
+  const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined): NewJob => ({
     queue: name,
     payload,
     createdAt: at,
@@ -206,70 +282,115 @@ export const makeQueue = <A>(
     visibilityTimeoutMillis: resolved.visibilityTimeoutMillis,
     backoffBaseMillis: resolved.backoffBaseMillis,
     expiresAt: resolved.expiresAt,
-    key: resolved.key
+    key: resolved.key,
+    traceContext,
+    group: resolved.group
   })
+
+  // The hot path: validation and encoding are plain functions, and where the engine can, the insert runs
+  // in place (no effect of its own); otherwise it waits for the connection as an effect.
+  const enqueueIn = (
+    fiber: Fiber.RuntimeFiber<any, any>,
+    payload: A,
+    opts: Q.EnqueueOpts | undefined
+  ): Effect.Effect<number, InvalidOptions | InvalidPayload | SqlError> => {
+    const at = nowOf(fiber)
+    const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
+    if (isInvalid(resolved)) return Effect.fail(resolved)
+    const encoded = codec.encode(payload)
+    if (typeof encoded !== "string") return Effect.fail(encoded)
+    const job = newJob(resolved, encoded, at, traceparentOf(fiber.currentContext))
+    if (storage.insertOneNow !== undefined) {
+      let id: number | undefined
+      try {
+        id = storage.insertOneNow(fiber.currentContext, job)
+      } catch (cause) {
+        return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
+      }
+      if (id !== undefined) {
+        engine.signal(fiber.currentContext, name, 1)
+        m.enqueued(1)
+        return Effect.succeed(id)
+      }
+    }
+    return Effect.map(storage.insertOne(job), (id) => {
+      engine.signal(fiber.currentContext, name, 1)
+      m.enqueued(1)
+      return id
+    })
+  }
+
+  const enqueueBatchIn = (
+    fiber: Fiber.RuntimeFiber<any, any>,
+    payloads: Iterable<A>,
+    opts: Q.EnqueueOpts | undefined
+  ): Effect.Effect<ReadonlyArray<number>, InvalidOptions | InvalidPayload | SqlError> => {
+    const at = nowOf(fiber)
+    const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
+    if (isInvalid(resolved)) return Effect.fail(resolved)
+    const traceContext = traceparentOf(fiber.currentContext)
+    const jobs: Array<NewJob> = []
+    for (const payload of payloads) {
+      const encoded = codec.encode(payload)
+      if (typeof encoded !== "string") return Effect.fail(encoded)
+      jobs.push(newJob(resolved, encoded, at, traceContext))
+    }
+    // One key names one live job: a shared key would silently collapse the batch into its first payload.
+    if (resolved.key !== undefined && jobs.length > 1) {
+      return Effect.fail(
+        new InvalidOptions({ field: "key", reason: "a batch of more than one payload cannot share one idempotency key" })
+      )
+    }
+    if (jobs.length === 0) return Effect.succeed([])
+    return Effect.map(storage.insert(jobs), (ids) => {
+      engine.signal(fiber.currentContext, name, jobs.length)
+      m.enqueued(jobs.length)
+      return ids
+    })
+  }
+
+  const claimTraced = <X, E>(
+    workerId: string,
+    effect: Effect.Effect<X, E>,
+    handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
+  ) => traced("alkstore.queue.claim", claimAttributes(workerId), effect, (x, span) => claimOutcome(handlesOf(x), span))
 
   return {
     name,
-    // The hot path: validation and encoding are plain functions, and where the engine can, the insert runs
-    // in place (no effect of its own); otherwise it waits for the connection as an effect.
+    // Untraced, the enqueue is the same single step as ever (one fiber-runtime read).
     enqueue: (payload, opts) =>
-      Effect.withFiberRuntime((fiber) => {
-        const at = nowOf(fiber)
-        const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
-        if (isInvalid(resolved)) return Effect.fail(resolved)
-        const encoded = codec.encode(payload)
-        if (typeof encoded !== "string") return Effect.fail(encoded)
-        const job = newJob(resolved, encoded, at)
-        if (storage.insertOneNow !== undefined) {
-          let id: number | undefined
-          try {
-            id = storage.insertOneNow(fiber.currentContext, job)
-          } catch (cause) {
-            return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
-          }
-          if (id !== undefined) {
-            engine.signal(fiber.currentContext, name, 1)
-            return Effect.succeed(id)
-          }
-        }
-        return Effect.map(storage.insertOne(job), (id) => {
-          engine.signal(fiber.currentContext, name, 1)
-          return id
-        })
-      }),
-    enqueueBatch: (payloads, opts) =>
-      Effect.withFiberRuntime((fiber) => {
-        const at = nowOf(fiber)
-        const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
-        if (isInvalid(resolved)) return Effect.fail(resolved)
-        const jobs: Array<NewJob> = []
-        for (const payload of payloads) {
-          const encoded = codec.encode(payload)
-          if (typeof encoded !== "string") return Effect.fail(encoded)
-          jobs.push(newJob(resolved, encoded, at))
-        }
-        // One key names one live job: a shared key would silently collapse the batch into its first payload.
-        if (resolved.key !== undefined && jobs.length > 1) {
-          return Effect.fail(
-            new InvalidOptions({ field: "key", reason: "a batch of more than one payload cannot share one idempotency key" })
+      Effect.withFiberRuntime((fiber) =>
+        tracing(fiber)
+          ? inSpan(
+            "alkstore.queue.enqueue",
+            queueAttributes(),
+            Effect.withFiberRuntime((inner) => enqueueIn(inner, payload, opts)),
+            (id, span) => span.attribute(attr.jobId, id),
+            { kind: "producer" }
           )
-        }
-        if (jobs.length === 0) return Effect.succeed([])
-        return Effect.map(storage.insert(jobs), (ids) => {
-          engine.signal(fiber.currentContext, name, jobs.length)
-          return ids
-        })
-      }),
+          : enqueueIn(fiber, payload, opts)
+      ),
+    enqueueBatch: (payloads, opts) =>
+      Effect.withFiberRuntime((fiber) =>
+        tracing(fiber)
+          ? inSpan(
+            "alkstore.queue.enqueue_batch",
+            queueAttributes(),
+            Effect.withFiberRuntime((inner) => enqueueBatchIn(inner, payloads, opts)),
+            (ids, span) => span.attribute(attr.count, ids.length),
+            { kind: "producer" }
+          )
+          : enqueueBatchIn(fiber, payloads, opts)
+      ),
     claim: (workerId) =>
       Effect.zipRight(
         checkWorker(workerId),
-        Effect.map(claimUpTo(workerId, 1), (handles) => Option.fromNullable(handles[0]))
+        Effect.map(claimTraced(workerId, claimUpTo(workerId, 1), (handles) => handles), (handles) => Option.fromNullable(handles[0]))
       ),
     claimBatch: (workerId, n) =>
       Effect.zipRight(
         Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)),
-        claimUpTo(workerId, n)
+        claimTraced(workerId, claimUpTo(workerId, n), (handles) => handles)
       ),
     ackAll: (handles) =>
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
@@ -285,12 +406,26 @@ export const makeQueue = <A>(
           }
           fences.push(fence)
         }
-        return fences.length === 0 ? Effect.succeed([]) : storage.ackMany(fences)
+        if (fences.length === 0) return Effect.succeed([])
+        const acked = Effect.map(storage.ackMany(fences), (results) => {
+          let n = 0
+          for (const ok of results) if (ok) n++
+          if (n > 0) m.acked(n)
+          return results
+        }).pipe(Effect.tap((results) => (results.includes(true) ? freed : Effect.void)))
+        return traced("alkstore.queue.ack_all", queueAttributes, acked, (results, span) => {
+          span.attribute(attr.count, results.length)
+          span.attribute("alkstore.acked", results.filter((ok) => ok).length)
+        })
       }),
     take: (workerId) =>
       Effect.zipRight(
         checkWorker(workerId),
-        Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!))
+        claimTraced(
+          workerId,
+          Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!)),
+          (handle) => [handle]
+        )
       ),
     // A batch is claimed in one round trip but handed on one handle at a time: whatever ends the stream
     // (a `Stream.take`, interruption, a failure downstream), the claims it never handed on are released.
@@ -318,30 +453,45 @@ export const makeQueue = <A>(
       })),
     process,
     getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
-    cancel: (id) => storage.cancel(name, id),
-    stats: Effect.gen(function*() {
+    cancel: (id) =>
+      traced(
+        "alkstore.queue.cancel",
+        () => ({ [attr.queue]: name, [attr.jobId]: id }),
+        Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
+        (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
+      ),
+    // A stats reading also refreshes the queue's gauges.
+    stats: traced("alkstore.queue.stats", queueAttributes, Effect.gen(function*() {
       const at = yield* now
       const row = yield* storage.stats(name, at)
+      setGauges(name, { ...row, oldestPendingAgeMillis: row.oldestPendingRunAt === null ? undefined : Math.max(0, at - row.oldestPendingRunAt) })
+      const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
       return {
         pending: row.pending,
         scheduled: row.scheduled,
         claimed: row.claimed,
         dead: row.dead,
-        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt)
+        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt),
+        heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
       }
-    }),
+    })),
     dead: (opts) =>
       Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
         Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob))),
     requeueDead: (id) =>
-      Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
-        Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
+      traced(
+        "alkstore.queue.requeue_dead",
+        () => ({ [attr.queue]: name, [attr.jobId]: id }),
+        Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
+          Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
+        ),
+        (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
       ),
     purgeDead: (olderThan) =>
-      Effect.gen(function*() {
+      traced("alkstore.queue.purge_dead", queueAttributes, Effect.gen(function*() {
         const age = yield* optionalDurationMillis("olderThan", olderThan)
         return yield* storage.purgeDead(name, age === undefined ? undefined : (yield* now) - age)
-      })
+      }), (n, span) => span.attribute(attr.count, n))
   }
 }
 
@@ -354,12 +504,47 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
       const stamp = yield* resolveQueueOptions(queueDefaults, opts)
       const codec = opts?.schema === undefined ? jsonCodec : schemaCodec(opts.schema)
       return makeQueue(engine, name, stamp, codec as PayloadCodec<unknown>)
-    }).pipe(Effect.withSpan("Queues.queue", { attributes: { name } }))
+    })
   return {
     queue: queue as Q.QueuesShape["queue"],
-    maintenance: Effect.gen(function*() {
-      const at = yield* Clock.currentTimeMillis
-      return yield* engine.queues.maintenance(at, at - engine.settings.deadRetentionMillis)
-    }).pipe(Effect.withSpan("Queues.maintenance"))
+    maintenance: runMaintenance(engine),
+    sampleMetrics: makeSampler(engine),
+    ...makeLimits(engine)
   }
 })
+
+/** One maintenance round (expiry and retention), its expiries counted per queue. */
+export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.MaintenanceResult, SqlError> =>
+  traced("alkstore.queue.maintenance", () => ({}), Effect.gen(function*() {
+    const at = yield* Clock.currentTimeMillis
+    const { expired, expiredByQueue, purged } = yield* engine.queues.maintenance(at, at - engine.settings.deadRetentionMillis)
+    for (const { count, queue } of expiredByQueue) countExpired(queue, count)
+    return { expired, purged }
+  }), (result, span) => {
+    span.attribute("alkstore.expired", result.expired)
+    span.attribute("alkstore.purged", result.purged)
+  })
+
+/**
+ * Refreshes every queue's depth and oldest-pending-age gauges from one read
+ * of all queues; a queue seen before and empty now reads zero.
+ */
+const makeSampler = (engine: EngineShape): Effect.Effect<void, SqlError> => {
+  let seen = new Set<string>()
+  return Effect.gen(function*() {
+    const at = yield* Clock.currentTimeMillis
+    const rows = yield* engine.admin.queueDepths(at)
+    const now = new Set<string>()
+    for (const row of rows) {
+      now.add(row.queue)
+      setGauges(row.queue, {
+        ...row,
+        oldestPendingAgeMillis: row.oldest_pending_run_at === null ? undefined : Math.max(0, at - row.oldest_pending_run_at)
+      })
+    }
+    for (const queue of seen) {
+      if (!now.has(queue)) setGauges(queue, { pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAgeMillis: undefined })
+    }
+    seen = now
+  })
+}

@@ -6,9 +6,11 @@ import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit
 import { optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
-import { queueDefaults, safeInteger } from "./options.js"
+import { queueDefaults, safeInteger, validateText } from "./options.js"
 import { encodeJson } from "./payload.js"
+import { runMaintenance } from "./queue.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
+import { attr, countFires, countLeadership, traced, traceparentOf } from "./telemetry.js"
 import { transientRetry as retryOnStorageFailure } from "./transient.js"
 
 /** Wake topics: registration changes reach the leader, lease releases reach standbys. */
@@ -24,7 +26,8 @@ export const toSchedule = (row: ScheduleRow): S.Schedule => ({
   opts: {
     priority: row.priority,
     maxAttempts: row.max_attempts,
-    expires: row.expires_ms === null ? Option.none() : Option.some(Duration.millis(row.expires_ms))
+    expires: row.expires_ms === null ? Option.none() : Option.some(Duration.millis(row.expires_ms)),
+    group: row.group_key === "" ? Option.none() : Option.some(row.group_key)
   },
   nextFireAt: DateTime.unsafeMake(row.next_fire_at) as DateTime.Utc
 })
@@ -36,9 +39,11 @@ export const toSchedule = (row: ScheduleRow): S.Schedule => ({
  * Returns the soonest next boundary, or `undefined` when the lease is gone.
  */
 const tick = (engine: EngineShape, owner: string, token: number) =>
-  engine.transaction(Effect.gen(function*() {
+  traced("alkstore.scheduler.tick", () => ({ [attr.owner]: owner, [attr.token]: token }), engine.transaction(Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
     if (!(yield* engine.locks.holds(schedulerLockName, owner, token, now))) return undefined
+    // The fired jobs link back to this tick's span (when traced), as an enqueue's do to its caller's.
+    const traceContext = traceparentOf(yield* Effect.context<never>())
     const fired = new Map<string, number>()
     for (const schedule of yield* engine.schedules.due(now)) {
       const { boundaries, next } = dueBoundaries(schedule.next_fire_at, schedule.interval_ms, now)
@@ -52,7 +57,9 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
         visibilityTimeoutMillis: queueDefaults.visibilityTimeoutMillis,
         backoffBaseMillis: queueDefaults.backoffBaseMillis,
         expiresAt: schedule.expires_ms === null ? undefined : boundary + schedule.expires_ms,
-        key: undefined
+        key: undefined,
+        traceContext,
+        group: schedule.group_key
       }))
       if (jobs.length > 0) yield* engine.queues.insert(jobs)
       // The row's own name (and target queue) as read back: safe only because every name is
@@ -61,8 +68,26 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
       fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + jobs.length)
     }
     for (const [queue, count] of fired) yield* signalOnCommit(engine, queue, count)
-    return { now, next: yield* engine.schedules.nextFireAt }
-  }))
+    // Counted once the tick's transaction is written (a rolled-back tick fired nothing).
+    return { now, next: yield* engine.schedules.nextFireAt, fired }
+  })).pipe(Effect.tap((result) =>
+    Effect.sync(() => {
+      if (result !== undefined) {
+        for (const [queue, count] of result.fired) countFires(queue, count)
+      }
+    })
+  )), (result, span) => {
+    if (result === undefined) span.attribute(attr.outcome, "lost")
+    else {
+      let fires = 0
+      for (const count of result.fired.values()) fires += count
+      span.attribute(attr.outcome, fires > 0 ? "fired" : "idle")
+      span.attribute("alkstore.fired", fires)
+    }
+  })
+
+/** Counts a leadership change of this process's runner: `acquired`, `released` or `lost`. */
+const leadershipChange = (change: "acquired" | "released" | "lost") => Effect.sync(() => countLeadership(change))
 
 export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
@@ -77,15 +102,16 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       const priority = (yield* safeInteger("priority", opts?.priority)) ?? 0
       const maxAttempts = (yield* safeInteger("maxAttempts", opts?.maxAttempts, 1)) ?? queueDefaults.maxAttempts
       const expiresMillis = yield* optionalDurationMillis("expires", opts?.expires, { positive: true })
+      const group = opts?.group === undefined ? "" : yield* validateText("group", opts.group)
       const encoded = yield* encodeJson(payload)
       const now = yield* Clock.currentTimeMillis
       const row = yield* engine.schedules.upsert(
-        { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis },
+        { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis, group },
         now
       )
       yield* signalOnCommit(engine, registrationsTopic)
       return toSchedule(row)
-    }).pipe(Effect.withSpan("Scheduler.schedule", { attributes: { name } }))
+    }).pipe(Effect.withSpan("alkstore.scheduler.schedule", { attributes: { [attr.schedule]: name } }))
 
   const unschedule: S.SchedulerShape["unschedule"] = (name) =>
     Effect.gen(function*() {
@@ -93,7 +119,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       const removed = yield* engine.schedules.remove(name)
       if (removed) yield* signalOnCommit(engine, registrationsTopic)
       return removed
-    }).pipe(Effect.withSpan("Scheduler.unschedule", { attributes: { name } }))
+    }).pipe(Effect.withSpan("alkstore.scheduler.unschedule", { attributes: { [attr.schedule]: name } }))
 
   /**
    * The soonest boundary, read without the write lock: a wake with nothing
@@ -124,8 +150,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
           if (result === undefined) return yield* new LeadershipLost({ owner })
           if (result.now >= maintenanceAt) {
-            const at = yield* Clock.currentTimeMillis
-            yield* engine.queues.maintenance(at, at - settings.deadRetentionMillis)
+            yield* runMaintenance(engine)
             maintenanceAt = result.now + settings.maintenanceEveryMillis
           }
           const wakeAt = Math.min(
@@ -145,7 +170,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
         acquireLock(engine.locks, schedulerLockName, owner, settings.leaderTtlMillis),
         Option.match({
           onNone: () => Effect.fail(new LeadershipLost({ owner })),
-          onSome: Effect.succeed
+          onSome: (lease) => Effect.as(leadershipChange("acquired"), lease)
         })
       ),
       (lease) =>
@@ -156,18 +181,20 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           keepRenewed(lease, Math.min(settings.leaderRenewMillis * 3, settings.leaderTtlMillis)).pipe(
             Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
           )
-        ),
+        ).pipe(Effect.tapErrorTag("LeadershipLost", () => leadershipChange("lost"))),
       (lease) =>
         lease.release.pipe(
           Effect.tap((released) =>
-            released ? signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER) : Effect.void
+            released
+              ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
+              : Effect.void
           ),
           Effect.catchAll((error) =>
             Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
           )
         )
     )
-  }).pipe(Effect.withSpan("Scheduler.runSchedules")) as S.SchedulerShape["runSchedules"]
+  }).pipe(Effect.withSpan("alkstore.scheduler.lead")) as S.SchedulerShape["runSchedules"]
 
   const halfTtl = Math.max(1, Math.floor(settings.leaderTtlMillis / 2))
 
@@ -210,7 +237,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       Effect.logWarning("alkstore: the scheduler standby met a storage error; it tries again", error)),
     Effect.retry({ schedule: transientRetry, while: (error) => error._tag === "SqlError" }),
     Effect.forever,
-    Effect.withSpan("Scheduler.runAsStandby")
+    Effect.withSpan("alkstore.scheduler.standby")
   )
 
   return { schedule, unschedule, runSchedules, runAsStandby }

@@ -47,7 +47,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           }
           expect(yield* theirs.purgeDead()).toBe(0)
           expect(yield* theirs.dead()).toEqual([])
-          expect(yield* theirs.stats).toEqual({ pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAge: Option.none() })
+          expect(yield* theirs.stats).toEqual({ pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAge: Option.none(), heldBack: 0 })
           expect([yield* mustGet(mine, pending), yield* mustGet(mine, claimedId), yield* mustGet(mine, deadId)]).toEqual(before)
         })))
 
@@ -77,7 +77,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("stats", { visibilityTimeout: "1 minute" })
           const empty = yield* q.stats
-          expect(empty).toEqual({ pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAge: Option.none() })
+          expect(empty).toEqual({ pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAge: Option.none(), heldBack: 0 })
 
           yield* advance("10 seconds")
           yield* q.enqueue("dead")

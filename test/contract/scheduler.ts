@@ -194,7 +194,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
 
           // defaults
           const plain = yield* scheduler.schedule("plain", "@every 2h", "other", [1, "two", null])
-          expect(plain.opts).toEqual({ priority: 0, maxAttempts: 3, expires: Option.none() })
+          expect(plain.opts).toEqual({ priority: 0, maxAttempts: 3, expires: Option.none(), group: Option.none() })
           expect(plain.payload).toEqual([1, "two", null])
           expect(ms(plain.nextFireAt)).toBe(1000 * second + 2 * hour)
 
@@ -203,7 +203,7 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           const again = yield* scheduler.schedule("sweep", "@every 5m", "maintenance-2", { kind: "sweep", v: 2 })
           expect(again.queue).toBe("maintenance-2")
           expect(again.payload).toEqual({ kind: "sweep", v: 2 })
-          expect(again.opts).toEqual({ priority: 0, maxAttempts: 3, expires: Option.none() })
+          expect(again.opts).toEqual({ priority: 0, maxAttempts: 3, expires: Option.none(), group: Option.none() })
           expect(ms(again.nextFireAt)).toBe(1000 * second + 5 * minute)
           expect(yield* countRows("__alkstore_scheduler_tasks")).toBe(2)
           expect(yield* nextFireAtOf("sweep")).toBe(1000 * second + 5 * minute)

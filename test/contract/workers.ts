@@ -87,6 +87,31 @@ export const workersContract = (engine: EngineUnderTest) =>
         }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
     })
 
+    describe("process without heartbeat", () => {
+      it.effect("a handler that outlived its lease, reclaimed by nobody, is acked and the worker moves on to the next job", () =>
+        Effect.gen(function*() {
+          const queue = yield* queueOf("outlived", { visibilityTimeout: "10 seconds" })
+          // the first job is claimed first and, its lease lapsed, would come first again
+          const [first, second_] = yield* queue.enqueueBatch([{ n: 1 }, { n: 2 }])
+          const runs = yield* Ref.make<ReadonlyArray<number>>([])
+          const worker = yield* Effect.forkDaemon(
+            queue.process("w", (job) =>
+              Effect.gen(function*() {
+                yield* Ref.update(runs, (all) => [...all, job.id])
+                if (job.id === first) yield* Effect.sleep("15 seconds") // past its 10 s lease, no heartbeat
+              }))
+          )
+          yield* settle
+          yield* advance("15 seconds")
+          yield* settle
+          // the ack of the lapsed claim still held its token: the job is gone and ran once, and the
+          // step that acked it claimed the other job (not the acked one again)
+          expect(yield* Ref.get(runs)).toEqual([first, second_])
+          expect(yield* rowsOf(queue, [first!, second_!])).toEqual([Option.none(), Option.none()])
+          yield* Fiber.interrupt(worker)
+        }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
+    })
+
     describe("stream with batches", () => {
       /** Ten single-attempt jobs; a stream over them with batch 10 claims them all in one round trip. */
       const tenJobs = Effect.gen(function*() {

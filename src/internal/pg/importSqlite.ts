@@ -47,9 +47,23 @@ const scheduleColumns = [
   "updated_at"
 ] as const
 const lockColumns = ["name", "owner", "token", "expires_at"] as const
+// Flow control's (migration 3_flow_control): copied when the SQLite store has them.
+const flowJobColumns = ["group_key", "flow_round"] as const
+const flowLimitsColumns = [
+  "queue",
+  "concurrency",
+  "rate_limit",
+  "rate_per",
+  "group_concurrency",
+  "group_rate_limit",
+  "group_rate_per",
+  "current_round",
+  "updated_at"
+] as const
+const flowLogColumns = ["queue", "scope", "seq", "at"] as const
 
 const casts: Record<string, string> = { payload: "json" }
-const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "last_error", "name", "spec", "owner"])
+const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "last_error", "name", "spec", "owner", "group_key", "scope"])
 
 /**
  * Copies a SQLite store's rows (every job — pending, scheduled, claimed,
@@ -69,10 +83,14 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
         try {
           const all = (table: string, columns: ReadonlyArray<string>) =>
             db.prepare(`SELECT ${columns.join(", ")} FROM ${table}`).all() as Array<Record<string, unknown>>
+          const flow = (db.prepare(`SELECT 1 FROM sqlite_master WHERE name = '__alkstore_flow_limits'`).all()).length > 0
           return {
-            jobs: all("__alkstore_jobs", jobColumns),
-            schedules: all("__alkstore_scheduler_tasks", scheduleColumns),
-            locks: all("__alkstore_locks", lockColumns)
+            flow,
+            jobs: all("__alkstore_jobs", flow ? [...jobColumns, ...flowJobColumns] : jobColumns),
+            schedules: all("__alkstore_scheduler_tasks", flow ? [...scheduleColumns, "group_key"] : scheduleColumns),
+            locks: all("__alkstore_locks", lockColumns),
+            limits: flow ? all("__alkstore_flow_limits", flowLimitsColumns) : [],
+            log: flow ? all("__alkstore_flow_log", flowLogColumns) : []
           }
         } finally {
           db.close()
@@ -98,9 +116,11 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
           message: `The PostgreSQL store in schema ${schema} is not empty: import into a fresh one`
         })
       }
-      yield* copy("__alkstore_jobs", jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE")
-      yield* copy("__alkstore_scheduler_tasks", scheduleColumns, read.schedules)
+      yield* copy("__alkstore_jobs", read.flow ? [...jobColumns, ...flowJobColumns] : jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE")
+      yield* copy("__alkstore_scheduler_tasks", read.flow ? [...scheduleColumns, "group_key"] : scheduleColumns, read.schedules)
       yield* copy("__alkstore_locks", lockColumns, read.locks)
+      yield* copy("__alkstore_flow_limits", flowLimitsColumns, read.limits)
+      yield* copy("__alkstore_flow_log", flowLogColumns, read.log)
       // New ids continue after the largest imported one (SQLite's AUTOINCREMENT high-water mark included).
       const [seq] = yield* Effect.try({
         try: () => {

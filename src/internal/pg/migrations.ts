@@ -74,7 +74,41 @@ export const migrations = (s: string) =>
         updated_at bigint NOT NULL
       )`,
       `CREATE INDEX __alkstore_scheduler_tasks_due ON ${s}.__alkstore_scheduler_tasks (next_fire_at)`
-    )
+    ),
+    // Flow control (docs/flow-control.md), as on SQLite: a job's group ('' = none) and its
+    // fair-queueing round (NULL outside queues with limits, so those rows stay out of the flow
+    // indexes), a queue's limits, and the sliding log of claim instants.
+    "3_flow_control": statements(
+      `ALTER TABLE ${s}.__alkstore_jobs ADD COLUMN group_key text NOT NULL DEFAULT ''`,
+      `ALTER TABLE ${s}.__alkstore_jobs ADD COLUMN flow_round bigint`,
+      `ALTER TABLE ${s}.__alkstore_scheduler_tasks ADD COLUMN group_key text NOT NULL DEFAULT ''`,
+      `CREATE INDEX __alkstore_jobs_flow ON ${s}.__alkstore_jobs (queue, priority DESC, flow_round, run_at, id, group_key)
+        WHERE state = 'pending' AND flow_round IS NOT NULL`,
+      `CREATE INDEX __alkstore_jobs_flow_group ON ${s}.__alkstore_jobs (queue, group_key, flow_round, id)
+        WHERE state <> 'dead' AND flow_round IS NOT NULL`,
+      `CREATE INDEX __alkstore_jobs_flow_claimed ON ${s}.__alkstore_jobs (queue, group_key, claimed_until)
+        WHERE state = 'claimed' AND flow_round IS NOT NULL`,
+      `CREATE TABLE ${s}.__alkstore_flow_limits (
+        queue text PRIMARY KEY,
+        concurrency bigint,
+        rate_limit bigint,
+        rate_per bigint,
+        group_concurrency bigint,
+        group_rate_limit bigint,
+        group_rate_per bigint,
+        current_round bigint NOT NULL DEFAULT 0,
+        updated_at bigint NOT NULL
+      )`,
+      `CREATE TABLE ${s}.__alkstore_flow_log (
+        queue text NOT NULL,
+        scope text NOT NULL,
+        seq bigint NOT NULL,
+        at bigint NOT NULL,
+        PRIMARY KEY (queue, scope, seq)
+      )`
+    ),
+    // The enqueuer's span as a W3C traceparent (docs/observability.md): the handler's span links to it.
+    "4_trace_context": statements(`ALTER TABLE ${s}.__alkstore_jobs ADD COLUMN trace_context text`)
   })
 
 export const migrationsTable = "__alkstore_migrations"

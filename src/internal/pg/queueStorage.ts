@@ -4,6 +4,8 @@ import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, 
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
+import type { FlowMemory, FlowOutcome } from "../flow.js"
+import { flowRoundOf } from "./flowInsert.js"
 
 /**
  * Every statement of the PostgreSQL queue mechanism, for the tables of
@@ -14,13 +16,14 @@ import type { Notifier } from "./notify.js"
  * work claimable notify in the same statement (`n.tail`), so the NOTIFY is
  * delivered on commit only.
  */
-export const queueStatements = (s: string, n: Notifier) => {
-  const jobs = `${s}.__alkstore_jobs`
-  const columns = jobColumns()
-  // What a claim writes, as on SQLite: one CASE per column claims the row, or
-  // moves a candidate met expired or with its attempts spent to dead. $1 is now, $2 the worker.
+/**
+ * What a claim writes, as on SQLite: one CASE per column claims the row, or
+ * moves a candidate met expired or with its attempts spent to dead. $1 is
+ * now, $2 the worker. (Shared with flow control's claim, flowStorage.ts.)
+ */
+export const claimSetOf = (jobs: string) => {
   const gone = `((j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint) OR j.attempts >= j.max_attempts)`
-  const claimSet = `UPDATE ${jobs} AS j SET
+  return `UPDATE ${jobs} AS j SET
     state = CASE WHEN ${gone} THEN 'dead' ELSE 'claimed' END,
     last_error = CASE WHEN j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint THEN 'expired'
       WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded' ELSE j.last_error END,
@@ -29,6 +32,14 @@ export const queueStatements = (s: string, n: Notifier) => {
     worker_id = CASE WHEN ${gone} THEN NULL ELSE $2::text END,
     attempts = CASE WHEN ${gone} THEN j.attempts ELSE j.attempts + 1 END,
     claim_token = CASE WHEN ${gone} THEN j.claim_token ELSE j.claim_token + 1 END`
+}
+
+export const queueStatements = (s: string, n: Notifier) => {
+  const jobs = `${s}.__alkstore_jobs`
+  const columns = jobColumns()
+  // What a claim writes, as on SQLite: one CASE per column claims the row, or
+  // moves a candidate met expired or with its attempts spent to dead. $1 is now, $2 the worker.
+  const claimSet = claimSetOf(jobs)
   // When a live job counts as expired at $1 and is swept to dead (as on SQLite, one rule for
   // maintenance, a keyed insert meeting the key's holder and requeueDead meeting it): its expiry
   // passed and it is not a claim in flight.
@@ -47,16 +58,23 @@ export const queueStatements = (s: string, n: Notifier) => {
    * into the claim index (`pending`) in the same statement (a row is modified
    * once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the writes on
    * the primary key whatever the planner estimates.
+   * (Flow control: a queue with limits claims nothing here; `lim.limited`
+   * sends it to the flow walk, docs/flow-control.md — one primary-key probe.)
    */
-  const claimCtes = (exclude: string) => `due AS MATERIALIZED (
+  // Whether a claimed row came from a lapsed lease (for the lease-lapse metric).
+  const lapsedColumn = "j.id IN (SELECT id FROM lapsed) AS lapsed"
+  const claimCtes = (exclude: string) => `lim AS MATERIALIZED (
+        SELECT EXISTS (SELECT 1 FROM ${s}.__alkstore_flow_limits WHERE queue = $3) AS limited
+      ), due AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
+          AND NOT (SELECT limited FROM lim)
         ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
       ), pending AS MATERIALIZED (
-        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending'
+        SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending' AND NOT (SELECT limited FROM lim)
         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
       ), lapsed AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
-          ${exclude}
+          AND NOT (SELECT limited FROM lim) ${exclude}
         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
       ), picked AS MATERIALIZED (
         SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
@@ -67,33 +85,37 @@ export const queueStatements = (s: string, n: Notifier) => {
       )`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-      created_at)`
+      created_at, trace_context, group_key, flow_round)`
   const values = `($1::text, $2::text::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
-      $9::bigint, $10::text, $11::bigint)`
+      $9::bigint, $10::text, $11::bigint, $12::text, $13::text, ${flowRoundOf(s, "$1::text", "$13::text")})`
   return {
     insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(14)} FROM w`,
     insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(12)} FROM w`,
+      SELECT w.id, ${n.tail(14)} FROM w`,
     // Many rows in one statement; identities are assigned in ordinality order.
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
         SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
-          u.backoff_base, u.expires_at, NULL, u.created_at
+          u.backoff_base, u.expires_at, NULL, u.created_at, u.trace_context, u.group_key,
+          ${flowRoundOf(s, "u.queue", "u.group_key")} + (row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.ord) - 1)
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
-          $8::bigint[], $9::bigint[], $10::bigint[]) WITH ORDINALITY
+          $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::text[]) WITH ORDINALITY
           AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
-            created_at, ord)
+            created_at, trace_context, group_key, ord)
         ORDER BY u.ord
         RETURNING id, queue AS topic)
-      SELECT w.id, ${n.tail(11)} FROM w`,
+      SELECT w.id, ${n.tail(13)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
     expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
     // One statement, one round trip (autocommit outside a transaction: one commit):
     // the claim's CTEs (below) then the claim's writes.
-    claim: `WITH ${claimCtes("")}
-      ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-      RETURNING ${jobColumns("j")}`,
+    // (A single row of NULL job columns when nothing was claimed, so `limited` always comes back.)
+    claim: `WITH ${claimCtes("")}, claimed AS (
+        ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        RETURNING ${jobColumns("j")}, ${lapsedColumn}
+      )
+      SELECT c.*, lim.limited FROM lim LEFT JOIN claimed AS c ON true`,
     // A worker's step between two jobs, one statement (one round trip, one commit): the fenced ack
     // of job $5 under claim token $6 (exactly `ack`: deleted only while claimed under that token), then
     // the claim above. All CTEs see one snapshot, in which the acked row is `claimed`: never a pending
@@ -104,9 +126,9 @@ export const queueStatements = (s: string, n: Notifier) => {
         DELETE FROM ${jobs} WHERE id = $5::bigint AND claim_token = $6::bigint AND state = 'claimed' RETURNING id
       ), ${claimCtes("AND id <> $5::bigint")}, claimed AS (
         ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-        RETURNING ${jobColumns("j")}
+        RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
-      SELECT (SELECT count(*) FROM done) AS acked, c.* FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true`,
+      SELECT (SELECT count(*) FROM done) AS acked, lim.limited, c.* FROM lim LEFT JOIN claimed AS c ON true`,
     // Each probe is a scalar subquery ordered as its partial index is, so the planner walks that index
     // (an EXISTS drops the order, and may then scan the table for the first match).
     anyClaimable: `SELECT (SELECT id FROM ${jobs} WHERE queue = $1 AND state = 'pending'
@@ -166,15 +188,28 @@ export const queueStatements = (s: string, n: Notifier) => {
     purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
-    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING 1) SELECT count(*) AS n FROM d`,
+    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING queue)
+      SELECT queue, count(*) AS n FROM d GROUP BY queue`,
     purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`
   } as const
 }
 
+/** A claimed row, marked when it was taken from a lapsed lease. */
+const claimedRow = (r: Record<string, unknown>): JobRow => {
+  const row = toJobRow(r)
+  return r.lapsed === true ? { ...row, lapsed: true } : row
+}
+
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
-export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notifier): QueueStorage => {
+export const makeQueueStorage = (
+  db: PgExecutor,
+  schema: string,
+  notifier: Notifier,
+  memory: FlowMemory,
+  flowClaim: (queue: string, workerId: string, now: number, n: number) => Effect.Effect<FlowOutcome, SqlError>
+): QueueStorage => {
   const sql = queueStatements(schema, notifier)
   const ids = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
     decoded(rows, (row) => int(row.id, "id"))
@@ -216,6 +251,8 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         column((j) => j.backoffBaseMillis),
         column((j) => j.expiresAt ?? null),
         column((j) => j.createdAt),
+        column((j) => j.traceContext ?? null),
+        column((j) => j.group),
         ...notifier.params
       ])),
       (r) => r.sort((a, b) => a - b)
@@ -249,18 +286,32 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
     now: number,
     limit: number,
     first?: ReadonlyArray<JobRow>
-  ) =>
+  ): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
+      const died: Array<JobRow> = []
       let rows = first
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
-        rows ??= yield* decoded(db.all(sql.claim, [now, workerId, queue, wanted]), toJobRow)
-        for (const row of rows) if (row.state === "claimed") claimed.push(row)
+        if (rows === undefined) {
+          const raw = yield* db.all(sql.claim, [now, workerId, queue, wanted])
+          if (raw[0]?.limited === true) return yield* limitedClaim(queue, workerId, now, limit)
+          rows = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
+        }
+        for (const row of rows) (row.state === "claimed" ? claimed : died).push(row)
         if (rows.length < wanted || rows.every((row) => row.state === "claimed")) break
         rows = undefined
       }
-      return claimed.length > 1 ? claimed.sort(claimOrder) : claimed
+      if (claimed.length > 1) claimed.sort(claimOrder)
+      // Candidates met dead come after the claims (for the metrics; they are not claims).
+      return died.length === 0 ? claimed : [...claimed, ...died]
+    })
+
+  // Flow control: the walk, in its own transaction (or the caller's), serialised on the limits row.
+  const limitedClaim = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
+    Effect.flatMap(db.transaction(flowClaim(queue, workerId, now, limit)), (outcome) => {
+      memory.saw(queue, outcome.limited)
+      return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, now, limit)
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
@@ -274,7 +325,8 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
         [now, workerId, queue, limit, fence.id, fence.token]
       )
       const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
-      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), toJobRow)
+      if (raw[0]?.limited === true) return { acked: acked === true, rows: yield* limitedClaim(queue, workerId, now, limit) }
+      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
       return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
     })
 
@@ -341,9 +393,12 @@ export const makeQueueStorage = (db: PgExecutor, schema: string, notifier: Notif
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
-        const expired = yield* counted(db.all(sql.expire, [now]))
+        const expiredByQueue = yield* decoded(
+          db.all(sql.expire, [now]),
+          (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
+        )
         const purged = yield* counted(db.all(sql.purgeAllDeadBefore, [purgeDiedBefore]))
-        return { expired, purged }
+        return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
       }))
   }
 }

@@ -60,7 +60,8 @@ export const jobColumns = (t = "") =>
     "claim_token",
     "created_at",
     "last_error",
-    "died_at"
+    "died_at",
+    "trace_context"
   ].map((c) => (t === "" ? c : `${t}.${c}`)).join(", ")
 
 export const toJobRow = (r: Record<string, unknown>): JobRow => ({
@@ -80,7 +81,8 @@ export const toJobRow = (r: Record<string, unknown>): JobRow => ({
   claim_token: int(r.claim_token, "claim_token"),
   created_at: int(r.created_at, "created_at"),
   last_error: (r.last_error ?? null) as string | null,
-  died_at: intOrNull(r.died_at, "died_at")
+  died_at: intOrNull(r.died_at, "died_at"),
+  trace_context: (r.trace_context ?? null) as string | null
 })
 
 export const toLockRow = (r: Record<string, unknown>): LockRow => ({
@@ -89,7 +91,7 @@ export const toLockRow = (r: Record<string, unknown>): LockRow => ({
 })
 
 export const scheduleColumns =
-  "name, spec, interval_ms, queue, payload::text AS payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at"
+  "name, spec, interval_ms, queue, payload::text AS payload, priority, max_attempts, expires_ms, group_key, next_fire_at, created_at, updated_at"
 
 export const toScheduleRow = (r: Record<string, unknown>): ScheduleRow => ({
   name: r.name as string,
@@ -100,6 +102,7 @@ export const toScheduleRow = (r: Record<string, unknown>): ScheduleRow => ({
   priority: int(r.priority, "priority"),
   max_attempts: int(r.max_attempts, "max_attempts"),
   expires_ms: intOrNull(r.expires_ms, "expires_ms"),
+  group_key: (r.group_key ?? "") as string,
   next_fire_at: int(r.next_fire_at, "next_fire_at"),
   created_at: int(r.created_at, "created_at"),
   updated_at: int(r.updated_at, "updated_at")

@@ -15,9 +15,10 @@ const statements = (s: string, n: Notifier) => {
   const tasks = `${s}.__alkstore_scheduler_tasks`
   return {
     upsert: `WITH w AS (INSERT INTO ${tasks} AS t
-        (name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at)
+        (name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at,
+         group_key)
       VALUES ($1, $2, $3::bigint, $4, $5::text::json, $6::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint,
-        $11::bigint)
+        $11::bigint, $14::text)
       ON CONFLICT (name) DO UPDATE SET
         next_fire_at = CASE WHEN t.spec = excluded.spec THEN t.next_fire_at ELSE excluded.next_fire_at END,
         spec = excluded.spec,
@@ -27,6 +28,7 @@ const statements = (s: string, n: Notifier) => {
         priority = excluded.priority,
         max_attempts = excluded.max_attempts,
         expires_ms = excluded.expires_ms,
+        group_key = excluded.group_key,
         updated_at = excluded.updated_at
       RETURNING ${scheduleColumns}, $13::text AS topic)
       SELECT w.*, ${n.tail(12)} FROM w`,
@@ -48,7 +50,8 @@ export const makeScheduleStorage = (db: PgExecutor, schema: string, notifier: No
           db.all(sql.upsert, [
             ...newScheduleValues(s, now),
             ...notifier.params,
-            registrationsTopic
+            registrationsTopic,
+            s.group
           ]),
           toScheduleRow
         ),

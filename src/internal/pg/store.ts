@@ -19,6 +19,8 @@ import { makeLockStorage } from "./lockStorage.js"
 import { migrate } from "./migrations.js"
 import { makeNotifier } from "./notify.js"
 import { makeQueueStorage } from "./queueStorage.js"
+import { makeFlowStorage } from "./flowStorage.js"
+import { makeFlowMemory } from "../flow.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 
 /** Engine settings a PostgreSQL store accepts (all optional). */
@@ -176,8 +178,11 @@ export const buildMechanisms = (
       heartbeatMillis: settings.listenHeartbeatMillis,
       heartbeatTimeoutMillis: settings.listenHeartbeatTimeoutMillis
     })
+    const flowMemory = makeFlowMemory()
+    const flow = makeFlowStorage(executor, schema, notifier, flowMemory)
     const engine: EngineShape = {
-      queues: makeQueueStorage(executor, schema, notifier),
+      queues: makeQueueStorage(executor, schema, notifier, flowMemory, flow.claim),
+      flow: flow.storage,
       locks: makeLockStorage(executor, schema, notifier),
       schedules: makeScheduleStorage(executor, schema, notifier),
       admin: makeAdminStorage(executor, schema),

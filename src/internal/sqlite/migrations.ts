@@ -67,7 +67,41 @@ export const migrations = Migrator.fromRecord({
       updated_at INTEGER NOT NULL
     )`,
     `CREATE INDEX __alkstore_scheduler_tasks_due ON __alkstore_scheduler_tasks (next_fire_at)`
-  )
+  ),
+  // Flow control (docs/flow-control.md): a job's group ('' = none) and its fair-queueing round
+  // (NULL outside queues with limits: those jobs stay out of every flow index, so unlimited queues
+  // pay nothing), a queue's limits, and the sliding log of claim instants the rate limits count.
+  "3_flow_control": statements(
+    `ALTER TABLE __alkstore_jobs ADD COLUMN group_key TEXT NOT NULL DEFAULT ''`,
+    `ALTER TABLE __alkstore_jobs ADD COLUMN flow_round INTEGER`,
+    `ALTER TABLE __alkstore_scheduler_tasks ADD COLUMN group_key TEXT NOT NULL DEFAULT ''`,
+    `CREATE INDEX __alkstore_jobs_flow ON __alkstore_jobs (queue, priority DESC, flow_round, run_at, id, group_key)
+      WHERE state = 'pending' AND flow_round IS NOT NULL`,
+    `CREATE INDEX __alkstore_jobs_flow_group ON __alkstore_jobs (queue, group_key, flow_round, id)
+      WHERE state <> 'dead' AND flow_round IS NOT NULL`,
+    `CREATE INDEX __alkstore_jobs_flow_claimed ON __alkstore_jobs (queue, group_key, claimed_until)
+      WHERE state = 'claimed' AND flow_round IS NOT NULL`,
+    `CREATE TABLE __alkstore_flow_limits (
+      queue TEXT PRIMARY KEY,
+      concurrency INTEGER,
+      rate_limit INTEGER,
+      rate_per INTEGER,
+      group_concurrency INTEGER,
+      group_rate_limit INTEGER,
+      group_rate_per INTEGER,
+      current_round INTEGER NOT NULL DEFAULT 0,
+      updated_at INTEGER NOT NULL
+    )`,
+    `CREATE TABLE __alkstore_flow_log (
+      queue TEXT NOT NULL,
+      scope TEXT NOT NULL,
+      seq INTEGER NOT NULL,
+      at INTEGER NOT NULL,
+      PRIMARY KEY (queue, scope, seq)
+    ) WITHOUT ROWID`
+  ),
+  // The enqueuer's span as a W3C traceparent (docs/observability.md): the handler's span links to it.
+  "4_trace_context": statements(`ALTER TABLE __alkstore_jobs ADD COLUMN trace_context TEXT`)
 })
 
 export const migrationsTable = "__alkstore_migrations"

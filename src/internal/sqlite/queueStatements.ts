@@ -1,11 +1,12 @@
 import type { JobRow } from "../engine.js"
+import { flowInsertColumns, flowInsertValues } from "./flowInsert.js"
 
 /**
  * What a claim writes: SET expressions all read the row as it was, so one
  * CASE per column either claims it or, when the candidate has expired or
  * spent its attempts, moves it to dead. `?1` is now, `?2` the worker.
  */
-const claimSet = `UPDATE __alkstore_jobs SET
+export const claimSet = `UPDATE __alkstore_jobs SET
   state = CASE WHEN (expires_at IS NOT NULL AND expires_at <= ?1) OR attempts >= max_attempts THEN 'dead' ELSE 'claimed' END,
   last_error = CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 'expired'
     WHEN attempts >= max_attempts THEN 'max attempts exceeded' ELSE last_error END,
@@ -53,12 +54,20 @@ const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'e
       claimed_until = NULL, worker_id = NULL`
 
 /**
- * The columns a claim returns: a `JobRow`, in this order (`rowOf` reads them
- * by position on the owned connection). Not `*`: the idempotency key is
- * nobody's business after a claim.
+ * The columns a claim returns, in this order (`claimedRowOf` reads them by
+ * position on the owned connection). Not `*`: the idempotency key is
+ * nobody's business after a claim, and the columns the claim itself set
+ * from its parameters — `queue` (`?3`), `worker_id`, `claimed_until` and
+ * `died_at` (each `?2`, `?1 + visibility_timeout` or `?1` by `state`, see
+ * `claimSet`) — are rebuilt from them in JS: every column a claim returns
+ * costs its copy out of SQLite, a tenth of a batched claim for those four.
  */
-const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
-  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at`
+const claimedColumns = `id, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
+  expires_at, claim_token, created_at, last_error, trace_context`
+
+/** Every column of a `JobRow`, in this order (`rowOf` reads them by position): for the flow-control claim. */
+export const jobColumns = `id, queue, payload, state, priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base,
+  expires_at, claimed_until, worker_id, claim_token, created_at, last_error, died_at, trace_context`
 
 export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
   id: v[0] as number,
@@ -77,21 +86,125 @@ export const rowOf = (v: ReadonlyArray<unknown>): JobRow => ({
   claim_token: v[13] as number,
   created_at: v[14] as number,
   last_error: v[15] as string | null,
-  died_at: v[16] as number | null
+  died_at: v[16] as number | null,
+  trace_context: v[17] as string | null
 })
+
+/** A claimed (or, when it met a candidate expired or spent, buried) row as a `JobRow`, from its returned columns. */
+const claimedRow = (
+  queue: string,
+  workerId: string,
+  now: number,
+  id: number,
+  payload: string,
+  state: JobRow["state"],
+  priority: number,
+  runAt: number,
+  attempts: number,
+  maxAttempts: number,
+  visibilityTimeout: number,
+  backoffBase: number,
+  expiresAt: number | null,
+  claimToken: number,
+  createdAt: number,
+  lastError: string | null,
+  traceContext: string | null
+): JobRow => {
+  const claimed = state === "claimed"
+  return {
+    id,
+    queue,
+    payload,
+    state,
+    priority,
+    run_at: runAt,
+    attempts,
+    max_attempts: maxAttempts,
+    visibility_timeout: visibilityTimeout,
+    backoff_base: backoffBase,
+    expires_at: expiresAt,
+    claimed_until: claimed ? now + visibilityTimeout : null,
+    worker_id: claimed ? workerId : null,
+    claim_token: claimToken,
+    created_at: createdAt,
+    last_error: lastError,
+    died_at: claimed ? null : now,
+    trace_context: traceContext
+  }
+}
+
+/** A claim's returned row (`claimedColumns` by position) as a `JobRow`. */
+export const claimedRowOf = (queue: string, workerId: string, now: number) => (v: ReadonlyArray<unknown>): JobRow =>
+  claimedRow(
+    queue,
+    workerId,
+    now,
+    v[0] as number,
+    v[1] as string,
+    v[2] as JobRow["state"],
+    v[3] as number,
+    v[4] as number,
+    v[5] as number,
+    v[6] as number,
+    v[7] as number,
+    v[8] as number,
+    v[9] as number | null,
+    v[10] as number,
+    v[11] as number,
+    v[12] as string | null,
+    v[13] as string | null
+  )
+
+/** The same from a row object (an application's client returns objects). */
+export interface ClaimedColumns {
+  readonly id: number
+  readonly payload: string
+  readonly state: JobRow["state"]
+  readonly priority: number
+  readonly run_at: number
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly visibility_timeout: number
+  readonly backoff_base: number
+  readonly expires_at: number | null
+  readonly claim_token: number
+  readonly created_at: number
+  readonly last_error: string | null
+  readonly trace_context: string | null
+}
+export const claimedRowOfObject = (queue: string, workerId: string, now: number) => (r: ClaimedColumns): JobRow =>
+  claimedRow(
+    queue,
+    workerId,
+    now,
+    r.id,
+    r.payload,
+    r.state,
+    r.priority,
+    r.run_at,
+    r.attempts,
+    r.max_attempts,
+    r.visibility_timeout,
+    r.backoff_base,
+    r.expires_at,
+    r.claim_token,
+    r.created_at,
+    r.last_error,
+    r.trace_context
+  )
 
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 export const sql = {
   insert: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`,
   // With a key, a live job holding it wins: nothing is written and its id is looked up
   // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
   insertKeyed: `INSERT INTO __alkstore_jobs
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
@@ -99,18 +212,20 @@ export const sql = {
   // What a claim must do first: promote due scheduled rows into the claim
   // index (the read keeps idle claims write-free), and whether lapsed leases
   // compete with the pending rows. `?1` is the queue, `?2` now.
+  // (Flow control: `limited` routes the claim to the flow walk, docs/flow-control.md; one primary-key probe.)
   readiness: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
-      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed`,
+      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
+      EXISTS (SELECT 1 FROM __alkstore_flow_limits WHERE queue = ?1) AS limited`,
   promoteDue: `UPDATE __alkstore_jobs SET state = 'pending' WHERE queue = ? AND state = 'scheduled' AND run_at <= ?`,
   // One statement claims the best candidate (pending, or claimed with a lapsed
   // lease), or moves it to dead when it meets it expired or spent. The
   // single-row form (`id = (…)`) matters outside a batch: `id IN (…)` makes
   // SQLite two-pass the update with a statement journal.
-  claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${jobColumns}`,
-  claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${jobColumns}`,
+  claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${claimedColumns}`,
+  claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${claimedColumns}`,
   // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
-  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${jobColumns}`,
-  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${jobColumns}`,
+  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${claimedColumns}`,
+  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${claimedColumns}`,
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'scheduled' AND run_at <= ?)
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until <= ?) AS any`,
@@ -158,6 +273,11 @@ export const sql = {
   purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
   purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
   expire: `${sweepExpired} WHERE ${expiredAt}`,
+  // What `expire` is about to sweep, by queue (the same transaction; for the metrics).
+  expiring: `SELECT queue, count(*) AS count FROM __alkstore_jobs WHERE ${expiredAt} GROUP BY queue`,
+  // The lapsed leases a lapsed-path claim of `?4` rows can pick (`candidates`' lapsed side), to mark them.
+  lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = ?3 AND state = 'claimed' AND claimed_until <= ?1
+      ORDER BY priority DESC, run_at, id LIMIT ?4`,
   purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
 } as const
 
@@ -166,7 +286,7 @@ export const sql = {
  * written with `?N` for readability are rewritten to plain `?` once, with a
  * map from position to argument.
  */
-const numbered = (text: string) => {
+export const numbered = (text: string) => {
   const order: Array<number> = []
   const rewritten = text.replace(/\?(\d+)/g, (_, n: string) => {
     order.push(Number(n) - 1)
@@ -202,6 +322,8 @@ export const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a
 
 export const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
 export const expireSql = numbered(sql.expire)
+export const expiringSql = numbered(sql.expiring)
+export const lapsedCandidatesSql = numbered(sql.lapsedCandidates)
 export const expireKeyHolderSql = numbered(sql.expireKeyHolder)
 export const requeueExpireHolderSql = numbered(sql.requeueExpireHolder)
 export const requeueDeadSql = numbered(sql.requeueDead)

@@ -3,30 +3,62 @@ import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, 
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
+import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
+import { flowWalkEffect, flowWalkNow } from "./flowStorage.js"
+import type { FlowMemory } from "../flow.js"
 import {
   claimManySql,
   claimOrder,
   claimSql,
+  type ClaimedColumns,
+  claimedRowOf,
+  claimedRowOfObject,
   expireKeyHolderSql,
   expireSql,
+  expiringSql,
+  lapsedCandidatesSql,
   minOf,
   nextDeadlineSql,
   readinessSql,
   requeueDeadSql,
   requeueExpireHolderSql,
-  rowOf,
   sql,
   statsSql
 } from "./queueStatements.js"
 
 /**
- * Keeps the claimed rows of one claim round; whether another round is due
- * (candidates moved to dead do not count toward `wanted`).
+ * Keeps the claimed rows of one claim round, and the candidates it moved to
+ * dead apart; whether another round is due (those do not count toward `wanted`).
  */
-const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array<JobRow>): boolean => {
-  for (const row of rows) if (row.state === "claimed") claimed.push(row)
-  return rows.length === wanted && rows.some((row) => row.state !== "claimed")
+const keepClaimed = (rows: ReadonlyArray<JobRow>, wanted: number, claimed: Array<JobRow>, died: Array<JobRow>): boolean => {
+  let dead = false
+  for (const row of rows) {
+    if (row.state === "claimed") claimed.push(row)
+    else {
+      died.push(row)
+      dead = true
+    }
+  }
+  return rows.length === wanted && dead
 }
+
+/** A claim's answer: the claimed rows in claim order, then those met dead (rare: no copy without them). */
+const claimResult = (claimed: Array<JobRow>, died: ReadonlyArray<JobRow>): ReadonlyArray<JobRow> =>
+  died.length === 0 ? claimed : [...claimed, ...died]
+
+/**
+ * Marks the rows a lapsed-path claim took from a lapsed lease (`lapsedIds`
+ * were read just before, in the same transaction). Only when a lapsed lease
+ * exists, so the common claim pays nothing.
+ */
+const markLapsed = (rows: ReadonlyArray<JobRow>, lapsedIds: ReadonlyArray<{ id: number }>): ReadonlyArray<JobRow> => {
+  if (lapsedIds.length === 0) return rows
+  const ids = new Set(lapsedIds.map((r) => r.id))
+  return rows.map((row) => (row.state === "claimed" && ids.has(row.id) ? { ...row, lapsed: true } : row))
+}
+
+/** An insert's parameters: the job's values, then flow control's (its group's round, when limited). */
+const insertValues = (job: NewJob) => [...newJobValues(job), ...flowInsertParams(job)]
 
 const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.createdAt, job.queue, job.key ?? null])
 
@@ -37,7 +69,7 @@ const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.crea
  * else its id is the answer. Inside the caller's transaction throughout.
  */
 const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
-  const params = newJobValues(job)
+  const params = insertValues(job)
   const result = c.run(sql.insertKeyed, params)
   if (result.changes > 0) return Number(result.lastInsertRowid)
   if (c.run(expireKeyHolderSql.text, expireKeyHolderParams(job)).changes > 0) {
@@ -47,7 +79,7 @@ const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
 }
 
 const insertNow = (c: DirectConnection, job: NewJob): number =>
-  job.key === undefined ? Number(c.run(sql.insert, newJobValues(job)).lastInsertRowid) : insertKeyedNow(c, job)
+  job.key === undefined ? Number(c.run(sql.insert, insertValues(job)).lastInsertRowid) : insertKeyedNow(c, job)
 
 /**
  * Jobs without keys go in as multi-row INSERTs of up to `INSERT_ROWS` rows:
@@ -60,14 +92,18 @@ const insertNow = (c: DirectConnection, job: NewJob): number =>
 const INSERT_ROWS = 100
 const insertRowsSql: Array<string> = []
 const insertRowsText = (rows: number) =>
-  (insertRowsSql[rows] ??= `${sql.insert}${", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".repeat(rows - 1)}`)
+  (insertRowsSql[rows] ??= `${sql.insert}${`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`.repeat(rows - 1)}`)
+/** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (4). */
+const ROW_PARAMS = 17
 
 const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<number> => {
   const ids: Array<number> = new Array(jobs.length)
   for (let from = 0; from < jobs.length; from += INSERT_ROWS) {
     const to = Math.min(jobs.length, from + INSERT_ROWS)
     // Written in place (no array per job): a batch is where a cold process spends its first thousand jobs.
-    const params: Array<string | number | null> = new Array((to - from) * 11)
+    const params: Array<string | number | null> = new Array((to - from) * ROW_PARAMS)
+    // Jobs of one group in one statement take consecutive rounds (flowInsert.ts).
+    const offsets = new Map<string, number>()
     for (let i = from, k = 0; i < to; i++) {
       const job = jobs[i]!
       params[k++] = job.queue
@@ -81,6 +117,15 @@ const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<
       params[k++] = job.expiresAt ?? null
       params[k++] = null // no key: keyed jobs go one by one
       params[k++] = job.createdAt
+      params[k++] = job.traceContext ?? null
+      params[k++] = job.group
+      const lane = `${job.queue}\u0000${job.group}`
+      const offset = offsets.get(lane) ?? 0
+      offsets.set(lane, offset + 1)
+      params[k++] = job.queue
+      params[k++] = job.group
+      params[k++] = offset
+      params[k++] = job.queue
     }
     const last = Number(c.run(insertRowsText(to - from), params).lastInsertRowid)
     for (let i = from; i < to; i++) ids[i] = last - (to - 1 - i)
@@ -91,6 +136,7 @@ const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<
 interface Readiness {
   readonly due: number
   readonly lapsed: number
+  readonly limited: number
 }
 
 /** The claim statement for `wanted` rows, with its parameters, given what the readiness read said. */
@@ -104,22 +150,48 @@ const claimStatement = (ready: Readiness, queue: string, workerId: string, now: 
 /** Claimed rows in claim order (a batch's RETURNING comes in table order). */
 const inClaimOrder = (rows: ReadonlyArray<JobRow>) => (rows.length > 1 ? [...rows].sort(claimOrder) : rows)
 
-const claimNow = (c: DirectConnection, queue: string, workerId: string, now: number, limit: number) => {
+const claimNow = (
+  c: DirectConnection,
+  queue: string,
+  workerId: string,
+  now: number,
+  limit: number,
+  memory: FlowMemory,
+  /** Whether `c` is inside a transaction already (else the flow walk opens one). */
+  open: boolean
+): ReadonlyArray<JobRow> => {
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
+  if (ready.limited === 1) {
+    // Flow control: the walk decides, in a write transaction (docs/flow-control.md).
+    // What the readiness read says holds under this claim's write lock: read again once it is taken.
+    const walk = () => {
+      const under = open ? ready : c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
+      return flowWalkNow(c, queue, workerId, now, limit, "claim", { due: under.due === 1, lapsed: under.lapsed === 1 })
+    }
+    const outcome = open ? walk() : c.transaction(walk)
+    memory.saw(queue, outcome.limited)
+    if (outcome.limited) return outcome.rows
+    return claimNow(c, queue, workerId, now, limit, memory, open) // the limits went meanwhile
+  }
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
+  const died: Array<JobRow> = []
+  const toRow = claimedRowOf(queue, workerId, now)
   let more = true
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
-    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(rowOf)
-    more = keepClaimed(inClaimOrder(rows), wanted, claimed)
+    const lapsedIds = ready.lapsed === 1
+      ? c.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+      : []
+    const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(toRow)
+    more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
   }
-  return claimed
+  return claimResult(claimed, died)
 }
 
 const ackNow = (c: DirectConnection, fence: Fence) => c.run(sql.ack, [fence.id, fence.token]).changes > 0
 
-export const makeQueueStorage = (db: Executor): QueueStorage => {
+export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
   const count = (result: RunResult) => result.changes
   const direct = db.direct
@@ -128,7 +200,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   // `insertKeyedNow` as effects (run inside a transaction).
   const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
     Effect.gen(function*() {
-      const params = newJobValues(job)
+      const params = insertValues(job)
       const result = yield* db.run(sql.insertKeyed, params)
       if (result.changes > 0) return Number(result.lastInsertRowid)
       if ((yield* db.run(expireKeyHolderSql.text, expireKeyHolderParams(job))).changes > 0) {
@@ -140,29 +212,40 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
   // One job without a key is one statement; a key needs its lookup in the same transaction.
   const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
     job.key === undefined
-      ? Effect.map(db.run(sql.insert, newJobValues(job)), (r) => Number(r.lastInsertRowid))
+      ? Effect.map(db.run(sql.insert, insertValues(job)), (r) => Number(r.lastInsertRowid))
       : db.transaction(insertKeyed(job))
 
   const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
     if (jobs.length === 1) return Effect.map(insertOne(jobs[0]!), (id) => [id])
     if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
     return db.transaction(
-      Effect.map(db.runEach(sql.insert, jobs.map(newJobValues)), (results) => results.map((r) => Number(r.lastInsertRowid)))
+      Effect.map(db.runEach(sql.insert, jobs.map(insertValues)), (results) => results.map((r) => Number(r.lastInsertRowid)))
     )
   }
 
-  const claimLoop = (queue: string, workerId: string, now: number, limit: number) =>
+  const claimLoop = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
     Effect.gen(function*() {
       const ready = (yield* db.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now])))[0]!
+      if (ready.limited === 1) {
+        const outcome = yield* db.transaction(flowWalkEffect(db, queue, workerId, now, limit, "claim"))
+        memory.saw(queue, outcome.limited)
+        if (outcome.limited) return outcome.rows
+        return yield* claimLoop(queue, workerId, now, limit)
+      }
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
+      const died: Array<JobRow> = []
+      const toRow = claimedRowOfObject(queue, workerId, now)
       let more = true
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
-        const rows = yield* db.all<JobRow>(...claimStatement(ready, queue, workerId, now, wanted))
-        more = keepClaimed(inClaimOrder(rows), wanted, claimed)
+        const lapsedIds = ready.lapsed === 1
+          ? yield* db.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+          : []
+        const rows = (yield* db.all<ClaimedColumns>(...claimStatement(ready, queue, workerId, now, wanted))).map(toRow)
+        more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
       }
-      return claimed
+      return claimResult(claimed, died)
     })
 
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
@@ -179,7 +262,7 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
 
   const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
   (c: DirectConnection) =>
-    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit) }))
+    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory, true) }))
 
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
@@ -207,8 +290,8 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       claim: (queue, workerId, now, limit) =>
         direct((c) =>
           limit === 1
-            ? claimNow(c, queue, workerId, now, 1)
-            : c.transaction(() => claimNow(c, queue, workerId, now, limit))
+            ? claimNow(c, queue, workerId, now, 1, memory, false)
+            : c.transaction(() => claimNow(c, queue, workerId, now, limit, memory, true))
         ),
       ack: (fence) => direct((c) => ackNow(c, fence)),
       ackMany: (fences) => direct((c) => c.transaction(() => fences.map((fence) => ackNow(c, fence)))),
@@ -287,9 +370,10 @@ export const makeQueueStorage = (db: Executor): QueueStorage => {
       ),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
+        const expiredByQueue = yield* db.all<{ queue: string; count: number }>(expiringSql.text, expiringSql.bind([now]))
         const expired = yield* db.run(expireSql.text, expireSql.bind([now]))
         const purged = yield* db.run(sql.purgeAllDeadBefore, [purgeDiedBefore])
-        return { expired: expired.changes, purged: purged.changes }
+        return { expired: expired.changes, purged: purged.changes, expiredByQueue }
       }))
   }
 }

@@ -9,8 +9,9 @@ import type { Executor } from "./executor.js"
  */
 const sql = {
   upsert: `INSERT INTO __alkstore_scheduler_tasks
-      (name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      (name, spec, interval_ms, queue, payload, priority, max_attempts, expires_ms, next_fire_at, created_at, updated_at,
+       group_key)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (name) DO UPDATE SET
       next_fire_at = CASE WHEN __alkstore_scheduler_tasks.spec = excluded.spec
         THEN __alkstore_scheduler_tasks.next_fire_at ELSE excluded.next_fire_at END,
@@ -21,6 +22,7 @@ const sql = {
       priority = excluded.priority,
       max_attempts = excluded.max_attempts,
       expires_ms = excluded.expires_ms,
+      group_key = excluded.group_key,
       updated_at = excluded.updated_at
     RETURNING *`,
   remove: `DELETE FROM __alkstore_scheduler_tasks WHERE name = ? RETURNING name`,
@@ -32,7 +34,7 @@ const sql = {
 export const makeScheduleStorage = (db: Executor): ScheduleStorage => ({
   upsert: (s, now) =>
     Effect.map(
-      db.all<ScheduleRow>(sql.upsert, newScheduleValues(s, now)),
+      db.all<ScheduleRow>(sql.upsert, [...newScheduleValues(s, now), s.group]),
       (rows) => rows[0]!
     ),
   remove: (name) => Effect.map(db.all(sql.remove, [name]), (rows) => rows.length > 0),

@@ -15,6 +15,8 @@ import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
 import { migrate } from "./migrations.js"
 import { makeQueueStorage } from "./queueStorage.js"
+import { makeFlowStorage } from "./flowStorage.js"
+import { makeFlowMemory } from "../flow.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
 import { makeCommitSignals } from "./transaction.js"
@@ -106,8 +108,10 @@ export const buildMechanisms = (
         ownDataVersion: file.ownDataVersion
       })
     }
+    const flowMemory = makeFlowMemory()
     const engine: EngineShape = {
-      queues: makeQueueStorage(executor),
+      queues: makeQueueStorage(executor, flowMemory),
+      flow: makeFlowStorage(executor, flowMemory),
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
       admin: makeAdminStorage(executor),

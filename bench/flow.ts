@@ -1,0 +1,131 @@
+/**
+ * Flow control's claim cost (issue 13): a claim → ack loop on a queue with
+ * limits, with due work spread over 1, 100 and 10 000 groups, against the
+ * same loop on a queue without limits, as paired ratios per interleaved
+ * round (every scenario once per round, on a fresh database each).
+ *
+ *   tsx bench/flow.ts            SQLite (a fresh WAL file per sample)
+ *   tsx bench/flow.ts --pg       PostgreSQL (bench/pg/cluster.ts: a throw-away server, or ALKSTORE_PG_URL)
+ *
+ * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000).
+ * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
+ */
+import { Effect, Layer, Option, Redacted } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { PgStore, Queues, SqliteStore } from "../src/index.js"
+import { admin, startServer } from "./pg/cluster.js"
+
+const pg = process.argv.includes("--pg")
+const ROUNDS = Number(process.env.FLOW_ROUNDS ?? 5)
+const OPS = Number(process.env.FLOW_OPS ?? (pg ? 1000 : 2000))
+const WARMUP = 200
+const JOBS = Number(process.env.FLOW_JOBS ?? 20_000)
+
+interface Scenario {
+  readonly id: string
+  readonly title: string
+  readonly limits: Queues.Limits | undefined
+  readonly groups: number
+}
+
+const scenarios: ReadonlyArray<Scenario> = [
+  { id: "unlimited", title: "no limits (baseline)", limits: undefined, groups: 1 },
+  { id: "limited-1", title: "concurrency 10 + groupConcurrency 1, 1 group", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 1 },
+  { id: "limited-100", title: "concurrency 10 + groupConcurrency 1, 100 groups", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 100 },
+  { id: "limited-10k", title: "concurrency 10 + groupConcurrency 1, 10 000 groups", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 10_000 },
+  {
+    id: "rate-100",
+    title: "rate 1e6/s + groupRate 1e6/s, 100 groups",
+    limits: { rate: { limit: 1_000_000, per: "1 second" }, groupRate: { limit: 1_000_000, per: "1 second" } },
+    groups: 100
+  },
+  { id: "fair-10k", title: "fair rotation only ({}), 10 000 groups", limits: {}, groups: 10_000 }
+]
+
+type Store = Layer.Layer<Queues.Queues, unknown>
+
+const sample = async (scenario: Scenario, store: Store): Promise<number> => {
+  const program = Effect.gen(function*() {
+    const queues = yield* Queues.Queues
+    if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
+    const q = yield* queues.queue("bench")
+    const perGroup = Math.ceil(JOBS / scenario.groups)
+    for (let g = 0; g < scenario.groups; g++) {
+      const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
+      yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
+    }
+    const loop = (n: number) =>
+      Effect.gen(function*() {
+        for (let i = 0; i < n; i++) {
+          const handle = yield* q.claim("bench")
+          if (Option.isNone(handle)) return yield* Effect.die(new Error(`nothing claimable at op ${i} (${scenario.id})`))
+          yield* handle.value.ack
+        }
+      })
+    yield* loop(WARMUP)
+    const started = performance.now()
+    yield* loop(OPS)
+    return OPS / ((performance.now() - started) / 1000)
+  })
+  return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<number>)
+}
+
+const median = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+const main = async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-flow-bench-"))
+  const server = pg ? await startServer() : undefined
+  let n = 0
+  const storeFor = async (): Promise<Store> => {
+    n++
+    if (server === undefined) return SqliteStore.layer({ filename: path.join(dir, `flow-${n}.db`) }) as Store
+    const db = `flow_bench_${n}`
+    await admin(server.adminUrl, [`CREATE DATABASE ${db}`])
+    return PgStore.layer({ url: Redacted.make(server.urlFor(db)), clock: "host" }) as unknown as Store
+  }
+  const results = new Map<string, Array<number>>()
+  const ratios = new Map<string, Array<number>>()
+  try {
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = scenarios.map((_, i) => scenarios[(i + round) % scenarios.length]!)
+      const thisRound = new Map<string, number>()
+      for (const scenario of order) {
+        const opsPerSecond = await sample(scenario, await storeFor())
+        thisRound.set(scenario.id, opsPerSecond)
+        results.set(scenario.id, [...(results.get(scenario.id) ?? []), opsPerSecond])
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${scenario.id}: ${opsPerSecond.toFixed(0)} claim+ack/s\n`)
+      }
+      for (const scenario of scenarios) {
+        // the cost ratio: how much longer a limited claim+ack takes than an unlimited one, this round
+        ratios.set(scenario.id, [...(ratios.get(scenario.id) ?? []), thisRound.get("unlimited")! / thisRound.get(scenario.id)!])
+      }
+    }
+  } finally {
+    server?.stop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+  const load = os.loadavg()[0]!.toFixed(2)
+  const lines = [
+    `Engine: ${pg ? "PostgreSQL" : "SQLite (SqliteStore.layer, WAL file)"}; ${ROUNDS} interleaved rounds; ${JOBS} due jobs; ` +
+    `${OPS} timed claim → ack pairs after ${WARMUP} untimed; 1-minute load average at the end ${load} on ${os.cpus().length} cores; ` +
+    `${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
+    "",
+    "| scenario | claim+ack/s (median) | cost vs. no limits (median, min–max of per-round ratios) |",
+    "| --- | ---: | ---: |",
+    ...scenarios.map((s) => {
+      const r = ratios.get(s.id)!
+      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}) |`
+    })
+  ]
+  process.stdout.write(lines.join("\n") + "\n")
+}
+
+main().catch((error) => {
+  process.stderr.write(String(error?.stack ?? error) + "\n")
+  process.exit(1)
+})

@@ -1,0 +1,278 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect } from "effect"
+import type { JobRow } from "./engine.js"
+import type { ResolvedLimits } from "./options.js"
+
+/**
+ * Flow control (CONTRACT §9, docs/flow-control.md), engine-free: the claim
+ * walk that decides which due jobs a limited queue may hand out now. Each
+ * engine implements `FlowOps` (small reads and writes on its own tables,
+ * inside the claim's transaction, after it serialised the queue's limited
+ * claims) and drives the walk: synchronously on SQLite's own connection
+ * (`runSync`), as effects otherwise (`runEffect`).
+ *
+ * Fair rotation is start-time fair queueing: every job of a limited queue
+ * carries a round, one more than the last live job of its group (or the
+ * queue's current round, when its group had none), and the walk visits due
+ * jobs in (priority desc, round, runAt, id) order from one index. Groups
+ * alternate without any per-group scan; a group's backlog sits in later
+ * rounds.
+ */
+
+export interface LimitsRow extends ResolvedLimits {
+  /** The round of the latest claim: where a group without live jobs starts. */
+  readonly currentRound: number
+}
+
+/** A due job as the walk sees it. */
+export interface Candidate {
+  readonly id: number
+  readonly priority: number
+  readonly round: number
+  readonly runAt: number
+  readonly group: string
+  readonly state: "pending" | "scheduled" | "claimed"
+}
+
+/** What the walk asks of storage, bound to one queue, one instant and one worker. */
+export interface FlowOps {
+  /** The queue's limits; on PostgreSQL `lock` takes its row `FOR UPDATE` (limited claims serialise on it). */
+  readonly limits: (lock: boolean) => LimitsRow | undefined
+  /** Due scheduled rows into the claim index. */
+  readonly promote: () => void
+  /** Jobs of the queue claimed with a live lease. */
+  readonly inFlight: () => number
+  /** Due pending jobs in walk order, after `after` (exclusive) when given. */
+  readonly pending: (after: Candidate | undefined, size: number) => ReadonlyArray<Candidate>
+  /** Claimed jobs whose lease lapsed. */
+  readonly lapsed: () => ReadonlyArray<Candidate>
+  /** Scheduled jobs already due (a read-only walk cannot promote them). */
+  readonly dueScheduled: (size: number) => ReadonlyArray<Candidate>
+  readonly groupInFlight: (group: string) => number
+  /** Live jobs of `group` ahead of (round, id), counted up to `cap`. */
+  readonly groupAhead: (group: string, round: number, id: number, cap: number) => number
+  /** The highest sequence number of the claim log of `scope` (0 for none). */
+  readonly logLast: (scope: string) => number
+  /** The instant of claim `seq` of `scope`, if still logged. */
+  readonly logAt: (scope: string, seq: number) => number | undefined
+  /** Claims the job if it is still claimable (or moves it to dead when it expired or spent its attempts). */
+  readonly claim: (id: number) => JobRow | undefined
+  readonly log: (scope: string, seq: number) => void
+  /** Forgets claims of `scope` up to `seq` that left the window (claimed at or before `before`). */
+  readonly prune: (scope: string, seq: number, before: number) => void
+  readonly advanceRound: (round: number) => void
+}
+
+type Call = { readonly [K in keyof FlowOps]: { readonly op: K; readonly args: Parameters<FlowOps[K]> } }[keyof FlowOps]
+type Walk<A> = Generator<Call, A, any>
+
+function* call<K extends keyof FlowOps>(op: K, ...args: Parameters<FlowOps[K]>): Walk<ReturnType<FlowOps[K]>> {
+  return yield { op, args } as Call
+}
+
+export type FlowOutcome =
+  | { readonly limited: false }
+  | {
+    readonly limited: true
+    /** Claimed rows (mode `claim`). */
+    readonly rows: ReadonlyArray<JobRow>
+    /** How many jobs the walk took (or, read-only, could take). */
+    readonly taken: number
+    /** How many of those were pending (not a lapsed lease). */
+    readonly takenPending: number
+    /** The soonest instant a rate window admits a job it held back, if one did. */
+    readonly reopenAt: number | null
+  }
+
+/**
+ * `claim` claims up to `n`; `probe` and `count` only read: whether one job
+ * could be claimed now, and how many pending ones could (for `stats`).
+ */
+export type FlowMode = "claim" | "probe" | "count"
+
+/**
+ * Candidates are read in pages from the flow index (covering: a page costs
+ * no table lookups), the first as large as the claim, then growing: most
+ * claims take the first candidate they see.
+ */
+const FIRST_PAGE_MAX = 32
+const PAGE_MAX = 256
+const groupScope = (group: string) => `#${group}`
+
+export const walkOrder = (a: Candidate, b: Candidate) =>
+  b.priority - a.priority || a.round - b.round || a.runAt - b.runAt || a.id - b.id
+
+interface GroupState {
+  blocked: boolean
+  readonly inFlight: number
+  readonly last: number
+  taken: number
+}
+
+/**
+ * Whether the `k`-th claim of this walk fits `limit` claims per `per` of a
+ * scope whose log ends at `last`: the claim `limit` places before it must
+ * have left the window `(now − per, now]`. `true`, or the instant it leaves.
+ */
+function* admits(scope: string, limit: number, per: number, last: number, k: number, now: number): Walk<true | number> {
+  const target = last + k - limit
+  if (target <= 0) return true
+  if (target > last) return now + per // one of this walk's own claims, made at `now`
+  const at = yield* call("logAt", scope, target)
+  return at === undefined || at <= now - per ? true : at + per
+}
+
+/** The claim walk of one limited queue at `now` (see the module comment and docs/flow-control.md). */
+export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutcome> {
+  const dry = mode !== "claim"
+  const lim = yield* call("limits", !dry)
+  if (lim === undefined) return { limited: false }
+  if (!dry) yield* call("promote")
+  const rows: Array<JobRow> = []
+  let budget = n
+  let taken = 0
+  let takenPending = 0
+  let reopenAt: number | null = null
+  const soonest = (at: number) => {
+    reopenAt = reopenAt === null ? at : Math.min(reopenAt, at)
+  }
+  if (lim.concurrency !== null) budget = Math.min(budget, lim.concurrency - (yield* call("inFlight")))
+  const queueLast = lim.rateLimit !== null ? yield* call("logLast", "") : 0
+  const groupLimited = lim.groupConcurrency !== null || lim.groupRateLimit !== null
+  const groups = new Map<string, GroupState>()
+
+  const extra = [...(yield* call("lapsed")), ...(dry ? yield* call("dueScheduled", mode === "probe" ? 1000 : 1_000_000) : [])]
+    .sort(walkOrder)
+  let size = Math.max(1, Math.min(budget, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+  let page: ReadonlyArray<Candidate> = budget > 0 ? yield* call("pending", undefined, size) : []
+  let more = page.length === size
+  let i = 0
+  let j = 0
+  while (budget > 0) {
+    if (i >= page.length && more) {
+      size = Math.min(PAGE_MAX, size * 4)
+      page = yield* call("pending", page[page.length - 1], size)
+      more = page.length === size
+      i = 0
+    }
+    const p = page[i]
+    const e = extra[j]
+    if (p === undefined && e === undefined) break
+    const c = p !== undefined && (e === undefined || walkOrder(p, e) <= 0) ? page[i++]! : extra[j++]!
+    let group = groups.get(c.group)
+    if (group?.blocked === true) continue
+    if (groupLimited) {
+      if (group === undefined) {
+        group = {
+          blocked: false,
+          inFlight: lim.groupConcurrency !== null ? yield* call("groupInFlight", c.group) : 0,
+          last: lim.groupRateLimit !== null ? yield* call("logLast", groupScope(c.group)) : 0,
+          taken: 0
+        }
+        groups.set(c.group, group)
+      }
+      if (lim.groupConcurrency !== null) {
+        // Serial order: a group's job waits while `groupConcurrency` of its live jobs are ahead of it
+        // (a retry waiting out its backoff keeps its place), and while that many are claimed.
+        if (
+          group.inFlight + group.taken >= lim.groupConcurrency ||
+          (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency)) >= lim.groupConcurrency
+        ) {
+          group.blocked = true
+          continue
+        }
+      }
+      if (lim.groupRateLimit !== null) {
+        const ok = yield* admits(groupScope(c.group), lim.groupRateLimit, lim.groupRatePerMillis!, group.last, group.taken + 1, now)
+        if (ok !== true) {
+          soonest(ok)
+          group.blocked = true
+          continue
+        }
+      }
+    }
+    if (lim.rateLimit !== null) {
+      const ok = yield* admits("", lim.rateLimit, lim.ratePerMillis!, queueLast, taken + 1, now)
+      if (ok !== true) {
+        soonest(ok)
+        break
+      }
+    }
+    if (!dry) {
+      const row = yield* call("claim", c.id)
+      if (row === undefined) continue // settled meanwhile by its owner
+      // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
+      if (row.state !== "claimed") continue
+      rows.push(row)
+    }
+    taken++
+    if (c.state !== "claimed") takenPending++
+    budget--
+    if (group !== undefined) group.taken++
+    if (!dry) {
+      if (lim.rateLimit !== null) yield* call("log", "", queueLast + taken)
+      if (lim.groupRateLimit !== null && group !== undefined) yield* call("log", groupScope(c.group), group.last + group.taken)
+      if (c.round > lim.currentRound) yield* call("advanceRound", c.round)
+    }
+  }
+  if (!dry && taken > 0) {
+    if (lim.rateLimit !== null) yield* call("prune", "", queueLast + taken - lim.rateLimit, now - lim.ratePerMillis!)
+    if (lim.groupRateLimit !== null) {
+      for (const [key, group] of groups) {
+        if (group.taken > 0) {
+          yield* call("prune", groupScope(key), group.last + group.taken - lim.groupRateLimit, now - lim.groupRatePerMillis!)
+        }
+      }
+    }
+  }
+  return { limited: true, rows, taken, takenPending, reopenAt }
+}
+
+/** Runs a walk on synchronous operations (SQLite's own connection). */
+export const runSync = <A>(walk: Walk<A>, ops: FlowOps): A => {
+  let step = walk.next()
+  while (!step.done) {
+    const { args, op } = step.value
+    step = walk.next((ops[op] as (...a: ReadonlyArray<unknown>) => unknown)(...args))
+  }
+  return step.value
+}
+
+/** `FlowOps` as effects (an application's client, PostgreSQL). */
+export type FlowEffectOps = {
+  readonly [K in keyof FlowOps]: (...args: Parameters<FlowOps[K]>) => Effect.Effect<ReturnType<FlowOps[K]>, SqlError>
+}
+
+/** Runs a walk on effectful operations. */
+export const runEffect = <A>(makeWalk: () => Walk<A>, ops: FlowEffectOps): Effect.Effect<A, SqlError> =>
+  Effect.suspend(() => {
+    const walk = makeWalk()
+    const loop = (input: unknown): Effect.Effect<A, SqlError> => {
+      const step = walk.next(input)
+      if (step.done) return Effect.succeed(step.value)
+      const { args, op } = step.value
+      return Effect.flatMap((ops[op] as (...a: ReadonlyArray<unknown>) => Effect.Effect<unknown, SqlError>)(...args), loop)
+    }
+    return loop(undefined)
+  })
+
+/**
+ * Which queues this process has seen limited (a claim took the flow path):
+ * a hint for how to wait and whether an ack should wake waiters, never for
+ * enforcement (that is the claim transaction's).
+ */
+export interface FlowMemory {
+  readonly known: (queue: string) => boolean
+  readonly saw: (queue: string, limited: boolean) => void
+}
+
+export const makeFlowMemory = (): FlowMemory => {
+  const limited = new Set<string>()
+  return {
+    known: (queue) => limited.size > 0 && limited.has(queue),
+    saw: (queue, is) => {
+      if (is) limited.add(queue)
+      else limited.delete(queue)
+    }
+  }
+}

@@ -1,0 +1,49 @@
+import { Clock, Duration, Effect, Option } from "effect"
+import type * as Q from "../Queues.js"
+import { fromChecked } from "./duration.js"
+import { type EngineShape, signalOnCommit } from "./engine.js"
+import { validateName } from "./names.js"
+import { checkLimits, type ResolvedLimits } from "./options.js"
+
+/** Stored limits as the public shape (only the limits that are set). */
+const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
+  ...(l.concurrency !== null ? { concurrency: l.concurrency } : {}),
+  ...(l.rateLimit !== null ? { rate: { limit: l.rateLimit, per: Duration.millis(l.ratePerMillis!) } } : {}),
+  ...(l.groupConcurrency !== null ? { groupConcurrency: l.groupConcurrency } : {}),
+  ...(l.groupRateLimit !== null
+    ? { groupRate: { limit: l.groupRateLimit, per: Duration.millis(l.groupRatePerMillis!) } }
+    : {})
+})
+
+/**
+ * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
+ * wakes the queue's waiters on commit (a raised or removed limit may admit
+ * work at once); the claims in flight keep their slots.
+ */
+export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits" | "limits" | "clearLimits"> => ({
+  setLimits: (name, limits) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      const resolved = yield* fromChecked(checkLimits(limits as Parameters<typeof checkLimits>[0]))
+      const now = yield* Clock.currentTimeMillis
+      yield* engine.flow.set(name, resolved, now)
+      engine.flow.memory.saw(name, true)
+      yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
+      yield* engine.flow.freed(name)
+    }).pipe(Effect.withSpan("Queues.setLimits", { attributes: { name } })),
+  limits: (name) =>
+    Effect.zipRight(validateName(name), Effect.map(engine.flow.get(name), Option.map(toLimits))).pipe(
+      Effect.withSpan("Queues.limits", { attributes: { name } })
+    ),
+  clearLimits: (name) =>
+    Effect.gen(function*() {
+      yield* validateName(name)
+      const cleared = yield* engine.flow.clear(name)
+      engine.flow.memory.saw(name, false)
+      if (cleared) {
+        yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
+        yield* engine.flow.freed(name)
+      }
+      return cleared
+    }).pipe(Effect.withSpan("Queues.clearLimits", { attributes: { name } }))
+})
