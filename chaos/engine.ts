@@ -4,9 +4,9 @@
  * `Target` that can be handed to child processes, and (2) open a store
  * layer on a target from any process.
  *
- * SQLite: the target is a file path. PostgreSQL (PgStore, being built on
- * branch `pg`): a server URL (`ALKSTORE_PG_URL`) and a fresh schema per
- * check, the URL's `search_path` starting at it so the checks' plain SQL
+ * SQLite: the target is a file path. PostgreSQL: a server URL
+ * (`ALKSTORE_PG_URL`, or a throw-away cluster `chaos/run.ts` boots) and a
+ * fresh schema per check, the URL's `search_path` starting at it so the checks' plain SQL
  * (the ledger resource, the lease row) finds the engine's tables.
  */
 import type { SqlClient } from "@effect/sql"
@@ -46,13 +46,16 @@ export const scratch = (name: string) => path.join(workDir, `${++counter}-${name
 
 export const cleanup = () => fs.rmSync(workDir, { recursive: true, force: true })
 
-/** A fresh, empty database for one check. */
-export const createTarget = (kind: EngineKind, label: string): Target => {
+/**
+ * A fresh, empty database for one check. On PostgreSQL a schema on `server`
+ * (default `ALKSTORE_PG_URL`, which `chaos/run.ts` sets to a cluster it
+ * boots when none is given).
+ */
+export const createTarget = (kind: EngineKind, label: string, server = process.env.ALKSTORE_PG_URL): Target => {
   switch (kind) {
     case "sqlite":
       return { kind, filename: scratch(`${label}.db`) }
     case "pg": {
-      const server = process.env.ALKSTORE_PG_URL
       if (server === undefined) throw new Error("the pg engine needs ALKSTORE_PG_URL (a server chaos may write to)")
       const schema = `chaos_${label.replace(/\W/g, "_")}_${process.pid}_${++counter}`
       const url = new URL(server)

@@ -7,13 +7,15 @@
  *   npm run chaos -- --short           the short form .ci/run uses (fixed seed 1)
  *   npm run chaos -- --seed 42         replay a run
  *   npm run chaos -- --only crash,lock run some checks
- *   npm run chaos -- --engine pg       another engine (see chaos/engine.ts)
+ *   npm run chaos -- --engine pg       another engine (see chaos/engine.ts); PostgreSQL boots a
+ *                                      throw-away cluster unless ALKSTORE_PG_URL names a server
  *   npm run chaos -- --results f.json  also write { passed, failed } for CI
  */
 import * as fs from "node:fs"
 import { cleanup, type EngineKind } from "./engine.js"
 import type { Check } from "./lib/check.js"
 import { checks } from "./checks/index.js"
+import { startCluster } from "../test/support/pg-cluster.js"
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -36,6 +38,13 @@ if (selected.length === 0) {
 }
 
 const replay = (name: string) => `npm run chaos -- --only ${name} --seed ${seed}${short ? " --short" : ""} --engine ${engine}`
+
+// PostgreSQL without a server given: a throw-away cluster, as the tests boot (test/support/pg-cluster.ts)
+let cluster: Awaited<ReturnType<typeof startCluster>> | undefined
+if (engine === "pg" && (process.env.ALKSTORE_PG_URL ?? "") === "") {
+  cluster = await startCluster({ durableCommits: true })
+  process.env.ALKSTORE_PG_URL = cluster.url
+}
 
 let passed = 0
 let failed = 0
@@ -61,4 +70,5 @@ for (const check of selected) {
 console.log(`chaos: ${passed} passed, ${failed} failed (seed ${seed})`)
 if (resultsFile !== undefined) fs.writeFileSync(resultsFile, JSON.stringify({ passed, failed }))
 cleanup()
+cluster?.stop()
 process.exit(failed === 0 ? 0 : 1)

@@ -214,7 +214,9 @@ export interface Queue<A = unknown> {
   /**
    * Runs until interrupted: success acks, failure retries on the curve with
    * the error's text, a defect retries with the pretty cause. Interruption
-   * stops claiming and releases in-flight claims (no attempt spent).
+   * stops claiming and releases in-flight claims (no attempt spent). A
+   * storage failure (`SqlError`) is logged and the worker starts again on a
+   * short schedule: it fails only with `DatabaseReplaced` (or bad options).
    */
   readonly process: <E, R>(
     workerId: string,

@@ -31,6 +31,19 @@ describe("the crash checker", () => {
     expect(result.facts).toMatchObject({ duplicates: 1, "dup.killedBeforeAck": 1, handled: 1 })
   })
 
+  it("accepts a start recorded after the next claim's when its own lease had lapsed, and explains a duplicate by a database fault", () => {
+    const records: Array<CrashRecord> = [
+      // frozen between its claim (lease until 1 010) and its handler's first step, which it records at 1 600
+      enq(1), start(1, 2, 1_100, 2_100, 2), done(1, 2, 1_110, 2), ack(1, 2, true, 1_120, 2), start(1, 1, 1_600, 1_010),
+      // handled, its ack lost to a restarting server, handled again
+      enq(2), start(2, 1, 10, 1_010), done(2, 1, 20), { e: "fault", kind: "restartFast", at: 25, pid: 0 },
+      { e: "faultEnd", kind: "restartFast", at: 900, pid: 0 }, start(2, 2, 1_100, 2_100, 2), done(2, 2, 1_110, 2)
+    ]
+    const result = checkCrashLedger(records, [])
+    expect(result.violations).toEqual([])
+    expect(result.facts).toMatchObject({ staleStarts: 1, duplicates: 1, "dup.dbFault": 1 })
+  })
+
   it("reports a lost job, a claim inside a valid lease, a token going back, and a duplicate after a good ack", () => {
     const records: Array<CrashRecord> = [
       enq(1), // never handled

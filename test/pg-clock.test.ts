@@ -5,8 +5,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, DateTime, Duration, Effect, Option, Redacted } from "effect"
-import { measureOffset } from "../src/internal/pg/clock.js"
+import { SqlError } from "@effect/sql/SqlError"
+import { Clock, DateTime, Duration, Effect, Option, Redacted, TestClock } from "effect"
+import { makeDatabaseClock, measureOffset, type Offset } from "../src/internal/pg/clock.js"
 import { makeExecutor } from "../src/internal/pg/executor.js"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { PgStore } from "../src/index.js"
@@ -71,4 +72,52 @@ describe("PostgreSQL clock", () => {
       )
     })
   })
+
+  it.scoped("the offset is re-measured every clockResync: a database clock that moves is followed, never backwards", () =>
+    Effect.gen(function*() {
+      // a database clock of the test's own: `measure` answers what its offset is now (or fails)
+      let databaseAhead = 0
+      let unreachable = false
+      let measured = 0
+      const measure = Effect.suspend(() => {
+        measured++
+        return unreachable
+          ? Effect.fail(new SqlError({ cause: new Error("down"), message: "the database is down" }))
+          : Effect.succeed<Offset>({ offsetMillis: databaseAhead, roundTripMillis: 1 })
+      })
+      const host = yield* Clock.clockWith(Effect.succeed) // the TestClock
+      const aligned = yield* makeDatabaseClock(measure, host, 60_000)
+      const read = () => aligned.clock.unsafeCurrentTimeMillis()
+      expect(read()).toBe(0)
+
+      // the database's clock jumps 5 s ahead of the host's: picked up at the next re-measure, not before
+      databaseAhead = 5_000
+      yield* TestClock.adjust("59 seconds")
+      expect(read()).toBe(59_000)
+      yield* TestClock.adjust("1 second")
+      expect(measured).toBe(2)
+      expect(read()).toBe(65_000)
+      expect(aligned.offset().offsetMillis).toBe(5_000)
+
+      // it falls 3 s behind: the aligned clock holds still until host + offset catches up (never backwards)
+      databaseAhead = -3_000
+      yield* TestClock.adjust("59 seconds") // host 119 s, still 5 s ahead
+      expect(read()).toBe(124_000)
+      yield* TestClock.adjust("1 second") // host 120 s: 117 s by the new offset, but 124 s was read before
+      expect(measured).toBe(3)
+      expect(read()).toBe(124_000)
+      yield* TestClock.adjust("10 seconds") // host 130 s
+      expect(read()).toBe(127_000)
+
+      // a re-measure that fails keeps the last offset, and the next one succeeds again
+      unreachable = true
+      databaseAhead = 1_000
+      yield* TestClock.adjust("50 seconds") // host 180 s: a failed re-measure
+      expect(measured).toBe(4)
+      expect(read()).toBe(177_000)
+      unreachable = false
+      yield* TestClock.adjust("60 seconds") // host 240 s
+      expect(measured).toBe(5)
+      expect(read()).toBe(241_000)
+    }))
 })

@@ -13,25 +13,46 @@ import { PgStore } from "../src/index.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
 
-/** A TCP proxy to the server; `freeze` makes every connection open now stop forwarding (and never close). */
+/**
+ * A TCP proxy to the server. `freeze` makes every connection open now stop
+ * forwarding (and never close); `mode` decides what a new connection meets:
+ * `forward`, `refuse` (closed at once: the connection attempt fails) or
+ * `blackhole` (accepted, never answered: the attempt hangs). `accepts` are
+ * the (real) times of every connection attempt.
+ */
 const startProxy = (target: URL) =>
   Effect.acquireRelease(
-    Effect.async<{ port: number; connections: () => number; freeze: () => void; server: net.Server }>((resume) => {
+    Effect.async<{
+      port: number
+      connections: () => number
+      accepts: Array<number>
+      freeze: () => void
+      mode: (mode: "forward" | "refuse" | "blackhole") => void
+      close: () => void
+    }>((resume) => {
       const pairs: Array<readonly [net.Socket, net.Socket]> = []
-      let accepted = 0
+      const held: Array<net.Socket> = []
+      const accepts: Array<number> = []
+      let forwarded = 0
+      let mode: "forward" | "refuse" | "blackhole" = "forward"
       const server = net.createServer((client) => {
-        accepted++
+        accepts.push(performance.now())
+        client.on("error", () => {})
+        if (mode === "refuse") return void client.destroy()
+        if (mode === "blackhole") return void held.push(client)
         const upstream = net.connect(Number(target.port), target.hostname)
         client.pipe(upstream)
         upstream.pipe(client)
         client.on("error", () => upstream.destroy())
         upstream.on("error", () => client.destroy())
         pairs.push([client, upstream])
+        forwarded++
       })
       server.listen(0, "127.0.0.1", () =>
         resume(Effect.succeed({
           port: (server.address() as net.AddressInfo).port,
-          connections: () => accepted,
+          connections: () => forwarded,
+          accepts,
           freeze: () => {
             for (const [client, upstream] of pairs.splice(0)) {
               client.unpipe(upstream)
@@ -40,11 +61,65 @@ const startProxy = (target: URL) =>
               upstream.pause()
             }
           },
-          server
+          mode: (next) => {
+            mode = next
+          },
+          close: () => {
+            for (const socket of held) socket.destroy()
+            for (const [client, upstream] of pairs) {
+              client.destroy()
+              upstream.destroy()
+            }
+            server.close()
+          }
         })))
     }),
-    (proxy) => Effect.sync(() => proxy.server.close())
+    (proxy) => Effect.sync(() => proxy.close())
   )
+
+/** Ends this database's LISTEN connections from the server side. */
+const killListeners = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE application_name = 'alkstore-listen' AND datname = current_database()`)
+
+const waitUntil = (what: string, probe: () => boolean) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 200 && !probe(); i++) yield* Effect.sleep("50 millis")
+    if (!probe()) return yield* Effect.die(new Error(`timed out waiting for ${what}`))
+  })
+
+/**
+ * A store whose LISTEN connection goes through a proxy (the pool does not),
+ * and a check that another store's enqueue reaches a take waiting now: by
+ * NOTIFY, the fallback poll being an hour away.
+ */
+const throughProxy = (filename: string, settings: PgStore.StoreSettings = {}) =>
+  Effect.gen(function*() {
+    const url = new URL(yield* Effect.promise(pgDatabaseUrl))
+    const proxy = yield* startProxy(url)
+    const viaProxy = new URL(url)
+    viaProxy.port = String(proxy.port)
+    const layer = PgStore.layer({
+      url: Redacted.make(url.toString()),
+      listenUrl: viaProxy.toString(),
+      schema: pgSchemaFor(filename),
+      clock: "host",
+      fallbackPoll: "1 hour",
+      ...settings
+    })
+    return { proxy, layer }
+  })
+
+const notifiedTake = (filename: string, name: string) =>
+  Effect.gen(function*() {
+    const queue = yield* queueOf(name)
+    const taker = yield* Effect.fork(queue.take("w"))
+    yield* Effect.sleep("100 millis")
+    yield* Effect.gen(function*() {
+      yield* (yield* queueOf(name)).enqueue({ n: 1 })
+    }).pipe(Effect.provide(pgOwned.store({ filename })))
+    return (yield* Fiber.join(taker).pipe(Effect.timeout("5 seconds"))).job.payload
+  })
 
 describe("PostgreSQL waking", () => {
   it.live("another store's commit wakes a waiting take at once; its rollback wakes nothing", () => {
@@ -122,6 +197,53 @@ describe("PostgreSQL waking", () => {
         listenHeartbeat: "200 millis",
         listenHeartbeatTimeout: "300 millis"
       })))
+    }).pipe(Effect.scoped)
+  })
+
+  it.live("a killed LISTEN connection that cannot reconnect retries on a growing backoff; delivery resumes after", () => {
+    const filename = freshFile("backoff")
+    return Effect.gen(function*() {
+      const { layer, proxy } = yield* throughProxy(filename, { listenHeartbeat: "10 seconds" })
+      yield* Effect.gen(function*() {
+        expect(yield* notifiedTake(filename, "backoff")).toEqual({ n: 1 })
+        proxy.mode("refuse") // the server is unreachable for the listener: every attempt fails at once
+        const since = proxy.accepts.length
+        yield* killListeners
+        yield* Effect.sleep("2500 millis")
+        const attempts = proxy.accepts.slice(since)
+        const gaps = attempts.slice(1).map((at, i) => at - attempts[i]!)
+        // 100 ms doubling, jittered: about 5 tries in 2.5 s, waits of about 100, 200, 400, 800 ms
+        // (a retry loop without a backoff would have made hundreds)
+        expect(attempts.length).toBeGreaterThanOrEqual(4)
+        expect(attempts.length).toBeLessThanOrEqual(7)
+        expect(gaps.at(-1)!).toBeGreaterThan(3 * gaps[0]!)
+        proxy.mode("forward")
+        const connected = proxy.connections()
+        yield* waitUntil("the listener to reconnect", () => proxy.connections() > connected)
+        // and NOTIFY reaches this process again
+        expect(yield* notifiedTake(filename, "backoff")).toEqual({ n: 1 })
+      }).pipe(Effect.provide(layer))
+    }).pipe(Effect.scoped)
+  })
+
+  it.live("a LISTEN reconnect the server never answers is abandoned at its deadline and made again", () => {
+    const filename = freshFile("hung-connect")
+    return Effect.gen(function*() {
+      const { layer, proxy } = yield* throughProxy(filename, {
+        listenHeartbeat: "10 seconds",
+        listenHeartbeatTimeout: "300 millis"
+      })
+      yield* Effect.gen(function*() {
+        proxy.mode("blackhole") // accepted, never answered: an attempt that would hang for as long as TCP lasts
+        const since = proxy.accepts.length
+        yield* killListeners
+        yield* Effect.sleep("1500 millis")
+        expect(proxy.accepts.length - since).toBeGreaterThanOrEqual(2)
+        proxy.mode("forward")
+        const connected = proxy.connections()
+        yield* waitUntil("the listener to reconnect", () => proxy.connections() > connected)
+        expect(yield* notifiedTake(filename, "hung")).toEqual({ n: 1 })
+      }).pipe(Effect.provide(layer))
     }).pipe(Effect.scoped)
   })
 })

@@ -13,7 +13,7 @@ import type { Check } from "../lib/check.js"
 import { openLedger, readLedger } from "../lib/ledger.js"
 import { type Child, describeExit, freeze, kill, sleep, spawnWorker, thaw, waitUntil } from "../lib/procs.js"
 import { makeRng } from "../lib/rng.js"
-import type { CrashPayload } from "../workers/crash-worker.js"
+import type { CrashPayload } from "../lib/crash-handler.js"
 import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
 
 const visibilityMs = 1_500

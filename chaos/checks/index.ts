@@ -4,6 +4,7 @@ import { contention } from "./contention.js"
 import { crash } from "./crash.js"
 import { faultsCheck } from "./faults.js"
 import { locks } from "./locks.js"
+import { pgFaults } from "./pg-faults.js"
 import { scheduler } from "./scheduler.js"
 
-export const checks: ReadonlyArray<Check> = [crash, scheduler, locks, contention, faultsCheck]
+export const checks: ReadonlyArray<Check> = [crash, scheduler, locks, contention, faultsCheck, pgFaults]

@@ -18,6 +18,8 @@ export type LockRecord =
     readonly pid: number
     readonly at: number
   }
+  /** A write about to be made: one with no `write` after it from its process was cut off (killed). */
+  | { readonly e: "writing"; readonly token: number; readonly pid: number; readonly at: number }
   | { readonly e: "end"; readonly token?: number; readonly how: "released" | "lost"; readonly pid: number; readonly at: number }
   | { readonly e: "kill" | "freeze" | "thaw"; readonly target: number; readonly pid: number; readonly at: number }
 
@@ -81,6 +83,16 @@ export const checkLockLedger = (records: ReadonlyArray<LockRecord>) => {
   for (const r of records) if (r.e === "acq") firstWrite.set(r.token, r.at)
   let lateWritesRejected = 0
   let accepted = 0
+  // writes whose outcome went unrecorded (the writer was killed mid-write): each may have committed
+  const writing = new Set<number>()
+  let unrecorded = 0
+  for (const r of records) {
+    if (r.e === "writing") {
+      if (writing.has(r.pid)) unrecorded++
+      writing.add(r.pid)
+    } else if (r.e === "write") writing.delete(r.pid)
+  }
+  unrecorded += writing.size
   for (const r of records) {
     if (r.e !== "write") continue
     const newer = ordered.find((t) => t.token > r.token && (firstWrite.get(t.token) ?? Infinity) < r.before)
@@ -96,7 +108,9 @@ export const checkLockLedger = (records: ReadonlyArray<LockRecord>) => {
   const byHow = (how: string) => ordered.filter((t) => t.end?.how === how).length
   return {
     accepted,
+    unrecorded,
     facts: {
+      unrecordedWrites: unrecorded,
       tenures: ordered.length,
       "tenures.withLock": ordered.filter((t) => t.via === "withLock").length,
       "tenures.acquire": ordered.filter((t) => t.via === "acquire").length,

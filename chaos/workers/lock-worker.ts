@@ -25,6 +25,8 @@ const name = "res"
 const write = (token: number) =>
   Effect.suspend(() => {
     const before = Date.now()
+    // recorded first: a kill between the write's commit and its `write` record leaves this behind
+    ledger.append({ e: "writing", token })
     return Effect.tap(fencedWrite(token), (ok) => Effect.sync(() => ledger.append({ e: "write", token, ok, before })))
   })
 

@@ -31,6 +31,7 @@ import {
   withNewSpan
 } from "./telemetry.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
+import { transientRetry } from "./transient.js"
 import type { WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeLimits } from "./limits.js"
@@ -195,6 +196,12 @@ export const makeQueue = <A>(
     return Effect.raceFirst(effect, Effect.interruptible(Effect.zipRight(Effect.delay(beat, every), Effect.never)))
   }
 
+  const workerRetry = transientRetry({
+    firstMillis: 50,
+    capMillis: Math.min(engine.settings.fallbackPollMillis, 2_000),
+    resetAfterMillis: 10_000
+  })
+
   const process = <E, R>(
     workerId: string,
     handler: (job: Q.Job<A>, handle: Q.JobHandle<A>) => Effect.Effect<void, E, R>,
@@ -251,7 +258,14 @@ export const makeQueue = <A>(
               Effect.flatMap(loop)
             )
         return loop(Option.none())
-      })
+      }).pipe(
+        // A storage failure that heals by itself (busy past its patience, a killed connection, a
+        // restarting server) does not end the worker: logged, and the loop starts again on the
+        // transient schedule. A claim it held when it failed returns when its lease lapses.
+        Effect.tapErrorTag("SqlError", (error) =>
+          Effect.logWarning(`alkstore: worker ${workerId} of ${name} met a storage error; it tries again`, error)),
+        Effect.retry({ schedule: workerRetry, while: (error) => error._tag === "SqlError" })
+      )
       return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
         concurrency: "unbounded",
         discard: true

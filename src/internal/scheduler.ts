@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
+import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import type * as S from "../Scheduler.js"
 import { type DatabaseReplaced, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
@@ -11,6 +11,7 @@ import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queue.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
 import { attr, countFires, countLeadership, traced, traceparentOf } from "./telemetry.js"
+import { transientRetry as retryOnStorageFailure } from "./transient.js"
 
 /** Wake topics: registration changes reach the leader, lease releases reach standbys. */
 export const registrationsTopic = "__alkstore_scheduler_tasks"
@@ -219,11 +220,11 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * are retried on this schedule: quickly at first, never less often than a
    * standby tries anyway.
    */
-  const transientRetry = Schedule.exponential(Duration.millis(Math.min(100, halfTtl)), 2).pipe(
-    Schedule.union(Schedule.spaced(Duration.millis(halfTtl))),
-    // a failure after a long, healthy stretch (leading, say) starts again from the quick end
-    Schedule.resetAfter(Duration.millis(settings.leaderTtlMillis))
-  )
+  const transientRetry = retryOnStorageFailure({
+    firstMillis: Math.min(100, halfTtl),
+    capMillis: halfTtl,
+    resetAfterMillis: settings.leaderTtlMillis
+  })
 
   /**
    * Try to lead, lead until the lease is lost, wait for the next turn;

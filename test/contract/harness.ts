@@ -4,6 +4,7 @@
  * files apply it to every engine listed here.
  */
 import type { SqlClient } from "@effect/sql"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Effect, Layer, Redacted } from "effect"
 import Pg from "pg"
@@ -155,4 +156,24 @@ export const pgOwned: EngineUnderTest = {
   }
 }
 
-export const engines: ReadonlyArray<EngineUnderTest> = [sqliteOwned, sqliteFromClient, pgOwned]
+export const pgFromClient: EngineUnderTest = {
+  name: "postgresql (PgStore.layerFromClient over @effect/sql-pg)",
+  capabilities: { sqliteFile: false, postgres: true },
+  store: (settings = {}) => {
+    const schema = pgSchemaFor(settings.filename)
+    return Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (database) =>
+      PgStore.layerFromClient({
+        schema,
+        clock: "host",
+        listenHeartbeat: "1 second",
+        ...pgSettings(settings)
+      }).pipe(
+        Layer.provideMerge(PgClient.layer({
+          url: Redacted.make(urlWith(database, { searchPath: `${schema},public` })),
+          types: pgTestTypes
+        }))
+      )))
+  }
+}
+
+export const engines: ReadonlyArray<EngineUnderTest> = [sqliteOwned, sqliteFromClient, pgOwned, pgFromClient]

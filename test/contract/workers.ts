@@ -178,6 +178,41 @@ export const workersContract = (engine: EngineUnderTest) =>
         }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
     })
 
+    describe("process through a storage failure", () => {
+      it.effect("a worker that meets a SqlError keeps going (logged, retried) and drains once the storage heals", () =>
+        Effect.gen(function*() {
+          const queue = yield* queueOf("healing", { visibilityTimeout: "30 seconds" })
+          const handled = yield* Ref.make<ReadonlyArray<number>>([])
+          const first = yield* queue.enqueue({ n: 1 })
+          const worker = yield* whileFailing(
+            "__alkstore_jobs",
+            "UPDATE",
+            Effect.gen(function*() {
+              // every claim fails (a dropped connection, a restarting server): the worker stays
+              const worker = yield* Effect.forkDaemon(
+                queue.process("w", (job) => Ref.update(handled, (all) => [...all, job.id]))
+              )
+              for (let i = 0; i < 4; i++) {
+                yield* settle
+                yield* advance("1 second")
+              }
+              expect(Option.isNone(yield* Fiber.poll(worker))).toBe(true)
+              expect(yield* Ref.get(handled)).toEqual([])
+              return worker
+            })
+          )
+          // healed: within its retry spacing it claims the job it could not, and then new work
+          yield* advance("5 seconds")
+          yield* settle
+          expect(yield* Ref.get(handled)).toEqual([first])
+          const second = yield* queue.enqueue({ n: 2 })
+          yield* settle
+          expect(yield* Ref.get(handled)).toEqual([first, second])
+          expect(Option.isNone(yield* Fiber.poll(worker))).toBe(true)
+          expect(Exit.isInterrupted(yield* Fiber.interrupt(worker))).toBe(true)
+        }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
+    })
+
     describe("wake tickets", () => {
       it.effect("a take that failed while waiting leaves no ticket to swallow the next signal", () =>
         Effect.gen(function*() {

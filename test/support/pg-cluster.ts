@@ -7,7 +7,7 @@
  * the same directory. `stop` removes everything. The settings trade
  * durability for speed (fsync off): it is a scratch server.
  */
-import { execFileSync, spawnSync } from "node:child_process"
+import { execFile, execFileSync, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -44,8 +44,36 @@ const run = (bin: string, args: ReadonlyArray<string>) => {
   return execFileSync(file, argv as Array<string>, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
 }
 
-/** Starts a throw-away cluster; `stop` removes it. Throws (with the server's log) when it cannot. */
-export const startCluster = async (): Promise<{ readonly url: string; readonly stop: () => void }> => {
+/** How `pg_ctl stop` shuts the server down: `fast` ends every session cleanly, `immediate` as a crash would. */
+export type StopMode = "smart" | "fast" | "immediate"
+
+export interface Cluster {
+  readonly url: string
+  /** Stops the server and removes its directory. */
+  readonly stop: () => void
+  /** Stops the server (its data kept); every connection to it ends. */
+  readonly stopServer: (mode: StopMode) => Promise<void>
+  /** Starts the stopped server again, on the same port. */
+  readonly startServer: () => Promise<void>
+  /** `pg_ctl restart` on the same port. */
+  readonly restart: (mode: StopMode) => Promise<void>
+}
+
+/** `run` without blocking the event loop (the chaos driver keeps producing while the server restarts). */
+const runAsync = (bin: string, args: ReadonlyArray<string>) =>
+  new Promise<void>((resolve, reject) => {
+    const [file, argv] = isRoot ? ["runuser", ["-u", "postgres", "--", bin, ...args]] : [bin, [...args]]
+    execFile(file, argv as Array<string>, { encoding: "utf8" }, (error, _stdout, stderr) =>
+      error === null ? resolve() : reject(new Error(`${bin} ${args.join(" ")}: ${String(error)} ${stderr}`)))
+  })
+
+/**
+ * Starts a throw-away cluster; `stop` removes it. Throws (with the server's log) when it cannot.
+ * `durableCommits`: a commit returns only once its WAL reached the operating system (the default
+ * `synchronous_commit`), so a committed transaction survives the server being killed (`stop -m
+ * immediate`); without it the last commits before such a kill may be lost — fine for tests that never kill it.
+ */
+export const startCluster = async (options: { readonly durableCommits?: boolean } = {}): Promise<Cluster> => {
   const bin = findBin()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-pg-"))
   const data = path.join(dir, "data")
@@ -63,28 +91,33 @@ export const startCluster = async (): Promise<{ readonly url: string; readonly s
     }
     fs.rmSync(dir, { recursive: true, force: true })
   }
+  const serverOptions = [
+    "-l",
+    path.join(dir, "server.log"),
+    "-w",
+    "-t",
+    "60",
+    "-o",
+    `-p ${port} -c listen_addresses=127.0.0.1 -k ${dir} -c max_connections=400 -c fsync=off ` +
+    `-c synchronous_commit=${options.durableCommits === true ? "on" : "off"} -c full_page_writes=off -c shared_buffers=64MB`
+  ]
+  const pgCtl = path.join(bin, "pg_ctl")
   try {
     run(path.join(bin, "initdb"), ["-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
-    run(path.join(bin, "pg_ctl"), [
-      "-D",
-      data,
-      "-l",
-      path.join(dir, "server.log"),
-      "-w",
-      "-t",
-      "60",
-      "-o",
-      `-p ${port} -c listen_addresses=127.0.0.1 -k ${dir} -c max_connections=400 -c fsync=off ` +
-      `-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=64MB`,
-      "start"
-    ])
+    run(pgCtl, ["-D", data, ...serverOptions, "start"])
   } catch (cause) {
     const log = fs.existsSync(path.join(dir, "server.log")) ? fs.readFileSync(path.join(dir, "server.log"), "utf8") : ""
     const stderr = (cause as { stderr?: string }).stderr ?? ""
     stop()
     throw new Error(`PostgreSQL could not be started: ${String(cause)}\n${stderr}\n${log}`)
   }
-  return { url: `postgres://postgres@127.0.0.1:${port}/postgres`, stop }
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    stop,
+    stopServer: (mode) => runAsync(pgCtl, ["-D", data, "-m", mode, "-w", "stop"]),
+    startServer: () => runAsync(pgCtl, ["-D", data, ...serverOptions, "start"]),
+    restart: (mode) => runAsync(pgCtl, ["-D", data, "-m", mode, ...serverOptions, "restart"])
+  }
 }
 
 const userIds = (name: string) => {

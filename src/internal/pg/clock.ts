@@ -41,14 +41,18 @@ export interface DatabaseClock {
 
 const warnAboveMillis = 60_000
 
-/** The database-aligned clock over `host`, re-measured every `resyncMillis` in a fiber of the scope. */
+/**
+ * The database-aligned clock over `host`, re-measured every `resyncMillis`
+ * (on `host`'s time) in a fiber of the scope; `measure` is `measureOffset`
+ * against the store's database (a test gives a database clock of its own).
+ */
 export const makeDatabaseClock = (
-  db: PgExecutor,
+  measure: Effect.Effect<Offset, SqlError>,
   host: Clock.Clock,
   resyncMillis: number
 ): Effect.Effect<DatabaseClock, SqlError, Scope.Scope> =>
   Effect.gen(function*() {
-    let current = yield* measureOffset(db, host)
+    let current = yield* measure
     let last = -Infinity
     const warn = (o: Offset) =>
       Math.abs(o.offsetMillis) > warnAboveMillis
@@ -71,7 +75,7 @@ export const makeDatabaseClock = (
       currentTimeNanos: Effect.sync(() => BigInt(millis()) * 1_000_000n),
       sleep: (duration) => host.sleep(duration)
     }
-    const resync = measureOffset(db, host).pipe(
+    const resync = measure.pipe(
       Effect.tap((o) => {
         current = o
         return warn(o)

@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, Deferred, Duration, Effect, Exit } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, Schedule } from "effect"
 import Pg from "pg"
 import type { WakeHub } from "../wake.js"
 import { everything } from "./notify.js"
@@ -17,6 +17,19 @@ export interface ListenerOptions {
 
 /** The listener's timers run on real time, whatever Clock the store's callers use (TestClock included). */
 const realClock = Clock.make()
+
+/**
+ * When the LISTEN connection is lost or cannot be made, the next attempts
+ * follow this: 100 ms, doubling, jittered (a fleet that lost its server
+ * together does not reconnect in step), at most 5 s apart; a connection
+ * that lived 5 s or more starts the curve again. The waiters' own deadlines
+ * and the fallback poll cover the gap.
+ */
+export const reconnectBackoff = Schedule.exponential(Duration.millis(100), 2).pipe(
+  Schedule.jittered,
+  Schedule.union(Schedule.spaced(Duration.seconds(5))),
+  Schedule.resetAfter(Duration.seconds(5))
+)
 
 /** Tears a connection down without waiting for a server that may never answer. */
 const destroy = (client: Pg.Client) =>
@@ -61,22 +74,39 @@ export const startListener = (options: ListenerOptions) =>
       }
     }
 
-    const connect = Effect.tryPromise({
-      try: async () => {
-        const client = new Pg.Client({ ...options.connection, keepAlive: true, keepAliveInitialDelayMillis: 1_000 })
-        client.on("error", () => {}) // reported through `broken` below
-        try {
-          await client.connect()
+    /**
+     * Connects and LISTENs, within the heartbeat's deadline: a server that
+     * accepts and never answers (a partition, a half-open path) would
+     * otherwise hold the attempt for as long as TCP retries — minutes.
+     */
+    const connect = Effect.async<Pg.Client, SqlError>((resume) => {
+      const client = new Pg.Client({ ...options.connection, keepAlive: true, keepAliveInitialDelayMillis: 1_000 })
+      client.on("error", () => {}) // reported through `broken` below
+      let settled = false
+      client.connect()
+        .then(() => {
           client.on("notification", onNotification)
-          await client.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
-          return client
-        } catch (cause) {
-          client.end().catch(() => {})
-          throw cause
-        }
-      },
-      catch: (cause) => new SqlError({ cause, message: `Failed to LISTEN on ${channel}: ${String(cause)}` })
-    })
+          return client.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
+        })
+        .then(
+          () => {
+            settled = true
+            resume(Effect.succeed(client))
+          },
+          (cause: unknown) => {
+            settled = true
+            Effect.runSync(destroy(client))
+            resume(Effect.fail(new SqlError({ cause, message: `Failed to LISTEN on ${channel}: ${String(cause)}` })))
+          }
+        )
+      return Effect.suspend(() => (settled ? Effect.void : destroy(client)))
+    }).pipe(
+      Effect.timeoutFail({
+        duration: Duration.millis(heartbeatTimeoutMillis),
+        onTimeout: () =>
+          new SqlError({ cause: new Error("timeout"), message: `Connecting to LISTEN on ${channel} timed out` })
+      })
+    )
 
     /** Runs until the connection is found dead, then tears it down; always fails. */
     const session = (client: Pg.Client) =>
@@ -99,29 +129,20 @@ export const startListener = (options: ListenerOptions) =>
         return yield* Effect.raceFirst(Deferred.await(broken), Effect.delay(heartbeat, Duration.millis(heartbeatMillis)))
       }).pipe(Effect.ensuring(destroy(client)))
 
+    /**
+     * Connect, wake everyone (whatever was notified while no connection
+     * listened is lost: every waiter re-reads), watch the connection until it
+     * is lost; on `reconnectBackoff`, forever.
+     */
+    const reconnect = Effect.flatMap(connect, (client) => Effect.zipRight(Effect.sync(() => wake.signalAll()), session(client))).pipe(
+      Effect.tapError((error) => Effect.logDebug("alkstore: the LISTEN connection failed or was lost; reconnecting", error)),
+      Effect.retry(reconnectBackoff)
+    )
     const forever = (first: Pg.Client) =>
-      Effect.gen(function*() {
-        let client: Pg.Client | undefined = first
-        let failures = 0
-        while (true) {
-          if (client === undefined) {
-            const next = yield* Effect.either(connect)
-            if (next._tag === "Left") {
-              failures++
-              const backoff = Math.min(5_000, 50 * 2 ** Math.min(failures, 10)) * (0.5 + Math.random() / 2)
-              yield* Effect.sleep(Duration.millis(backoff))
-              continue
-            }
-            client = next.right
-            failures = 0
-            // Whatever was notified while the connection was down is lost: everybody re-reads.
-            wake.signalAll()
-          }
-          const error = yield* Effect.flip(session(client))
-          client = undefined
-          yield* Effect.logDebug("alkstore: the LISTEN connection was lost; reconnecting", error)
-        }
-      })
+      session(first).pipe(
+        Effect.catchAll((lost) => Effect.logDebug("alkstore: the LISTEN connection was lost; reconnecting", lost)),
+        Effect.zipRight(reconnect)
+      )
 
     const first = yield* connect
     yield* Effect.forkScoped(Effect.withClock(Effect.interruptible(forever(first)), realClock))

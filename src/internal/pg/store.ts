@@ -11,7 +11,7 @@ import { optionalDurationMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
-import { makeDatabaseClock } from "./clock.js"
+import { makeDatabaseClock, measureOffset } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
 import { startListener } from "./listener.js"
 import { makeAdminStorage } from "./adminStorage.js"
@@ -117,7 +117,10 @@ export type { Mechanisms }
 /** The LISTEN connection's settings, from the client's. */
 const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
   if (listenUrl !== undefined) {
-    return { connectionString: Redacted.isRedacted(listenUrl) ? Redacted.value(listenUrl) : listenUrl }
+    return {
+      connectionString: Redacted.isRedacted(listenUrl) ? Redacted.value(listenUrl) : listenUrl,
+      application_name: "alkstore-listen"
+    }
   }
   return {
     connectionString: config.url === undefined ? undefined : Redacted.value(config.url),
@@ -198,7 +201,7 @@ export const buildMechanisms = (
     >
     if (options.clock === "host") return { mechanisms, clock: undefined }
     const host = yield* Clock.clockWith(Effect.succeed)
-    const aligned = yield* makeDatabaseClock(executor, host, settings.clockResyncMillis)
+    const aligned = yield* makeDatabaseClock(measureOffset(executor, host), host, settings.clockResyncMillis)
     return { mechanisms, clock: aligned.clock }
   })
 
