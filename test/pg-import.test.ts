@@ -4,9 +4,12 @@
  * and lock rows (their fencing tokens), and the PostgreSQL store carries on
  * from where the SQLite one stopped.
  */
+import * as PersistedQueue from "@effect/experimental/PersistedQueue"
+import * as RateLimiter from "@effect/experimental/RateLimiter"
+import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Effect, Layer, Option } from "effect"
-import { Locks, PgStore, Queues, Scheduler } from "../src/index.js"
+import { DateTime, Effect, Layer, Option, Schema } from "effect"
+import { EffectStores, Locks, PgStore, Queues, Scheduler } from "../src/index.js"
 import { freshFile, pgOwned, pgSchemaFor, sqliteOwned } from "./contract/harness.js"
 import { advance, queueOf } from "./contract/support.js"
 
@@ -98,6 +101,47 @@ describe("PgStore.importSqlite", () => {
         expect(Option.isNone(yield* q.claim("w"))).toBe(true)
         expect((yield* q.stats).heldBack).toBe(2)
       }).pipe(Effect.provide(context))
+    }).pipe(Effect.scoped)
+  })
+
+  it.effect("copies the trace context and the Effect stores' offered ids and rate counters", () => {
+    const sqliteFile = freshFile("to-import-stores")
+    const target = freshFile("imported-stores")
+    const effectStores = <E, R>(store: Layer.Layer<R, E>) =>
+      Layer.mergeAll(PersistedQueue.layer, RateLimiter.layer).pipe(
+        Layer.provideMerge(Layer.mergeAll(EffectStores.layerPersistedQueueStore(), EffectStores.layerRateLimiterStore)),
+        Layer.provideMerge(store)
+      )
+    const orders = PersistedQueue.make({ name: "orders", schema: Schema.Struct({ n: Schema.Number }) })
+    const consume = (onExceeded: "delay" | "fail") =>
+      Effect.flatMap(RateLimiter.RateLimiter, (limiter) =>
+        limiter.consume({ algorithm: "fixed-window", onExceeded, window: "1 hour", limit: 2, key: "api" }))
+    return Effect.gen(function*() {
+      yield* Effect.gen(function*() {
+        const queue = yield* orders
+        yield* queue.offer({ n: 1 }, { id: "order-1" })
+        yield* queue.take(() => Effect.void) // processed: its id stays spent
+        yield* consume("fail")
+        yield* consume("fail") // the hour's two
+        yield* Effect.flatMap(queueOf("traced"), (q) => q.enqueue({ n: 1 })).pipe(Effect.withSpan("request"))
+      }).pipe(Effect.scoped, Effect.provide(effectStores(sqliteOwned.store({ filename: sqliteFile }))))
+
+      const context = yield* Layer.build(effectStores(pgOwned.store({ filename: target })))
+      yield* Effect.provide(PgStore.importSqlite({ filename: sqliteFile, schema: pgSchemaFor(target) }), context)
+      yield* Effect.gen(function*() {
+        const queue = yield* orders
+        yield* queue.offer({ n: 2 }, { id: "order-1" })
+        const stats = yield* Effect.flatMap(Effect.flatMap(Queues.Queues, (q) => q.queue("orders")), (q) => q.stats)
+        expect(stats.pending).toBe(0) // the id was offered before: nothing added
+        const third = yield* Effect.flip(consume("fail"))
+        expect(third.reason).toBe("Exceeded")
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql.unsafe<{ trace_context: string | null }>(
+          `SELECT trace_context FROM ${pgSchemaFor(target)}.__alkstore_jobs WHERE queue = 'traced'`
+        )
+        expect(rows).toHaveLength(1)
+        expect(rows[0]!.trace_context).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/)
+      }).pipe(Effect.scoped, Effect.provide(context))
     }).pipe(Effect.scoped)
   })
 })

@@ -61,13 +61,31 @@ const flowLimitsColumns = [
   "updated_at"
 ] as const
 const flowLogColumns = ["queue", "scope", "seq", "at"] as const
+// The trace context (migration 4_trace_context) and the Effect stores' tables (5_effect_stores):
+// copied when the SQLite store has them.
+const effectStoresTables = {
+  __alkstore_queue_ids: ["id", "queue", "offered_at"],
+  __alkstore_rate_windows: ["key", "used", "expires_at", "granted"],
+  __alkstore_rate_buckets: ["key", "tokens", "last_refill", "granted"]
+} as const
+const effectStoresCasts: Record<string, string> = {
+  id: "text",
+  key: "text",
+  used: "double precision",
+  expires_at: "double precision",
+  tokens: "double precision",
+  last_refill: "double precision",
+  granted: "boolean"
+}
 
 const casts: Record<string, string> = { payload: "json" }
 const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "last_error", "name", "spec", "owner", "group_key", "scope"])
 
 /**
  * Copies a SQLite store's rows (every job — pending, scheduled, claimed,
- * dead —, every schedule, every lock row with its fencing token) into the
+ * dead — with its trace context, every schedule, every lock row with its
+ * fencing token, flow control's limits and rate log, and the Effect stores'
+ * offered ids and rate counters) into the
  * PostgreSQL store's schema, in one transaction on the `SqlClient` in
  * context, keeping ids (so handles and logs still name the same jobs), and
  * moves the id sequence past them. Run it with the SQLite deployment
@@ -83,10 +101,21 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
         try {
           const all = (table: string, columns: ReadonlyArray<string>) =>
             db.prepare(`SELECT ${columns.join(", ")} FROM ${table}`).all() as Array<Record<string, unknown>>
-          const flow = (db.prepare(`SELECT 1 FROM sqlite_master WHERE name = '__alkstore_flow_limits'`).all()).length > 0
+          const has = (table: string) => db.prepare(`SELECT 1 FROM sqlite_master WHERE name = ?`).all(table).length > 0
+          const flow = has("__alkstore_flow_limits")
+          const traced = (db.prepare(`SELECT 1 FROM pragma_table_info('__alkstore_jobs') WHERE name = 'trace_context'`)
+            .all()).length > 0
+          const jobs = [...jobColumns, ...(flow ? flowJobColumns : []), ...(traced ? ["trace_context"] : [])]
+          const stores = has("__alkstore_queue_ids")
           return {
             flow,
-            jobs: all("__alkstore_jobs", flow ? [...jobColumns, ...flowJobColumns] : jobColumns),
+            jobColumns: jobs,
+            jobs: all("__alkstore_jobs", jobs),
+            effectStores: Object.entries(effectStoresTables).map(([table, columns]) => ({
+              table,
+              columns,
+              rows: stores ? all(table, columns) : []
+            })),
             schedules: all("__alkstore_scheduler_tasks", flow ? [...scheduleColumns, "group_key"] : scheduleColumns),
             locks: all("__alkstore_locks", lockColumns),
             limits: flow ? all("__alkstore_flow_limits", flowLimitsColumns) : [],
@@ -98,10 +127,18 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       },
       catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite store ${filename}: ${String(cause)}` })
     })
-    const copy = (table: string, columns: ReadonlyArray<string>, rows: ReadonlyArray<Record<string, unknown>>, extra = "") =>
+    const copy = (
+      table: string,
+      columns: ReadonlyArray<string>,
+      rows: ReadonlyArray<Record<string, unknown>>,
+      extra = "",
+      tableCasts: Record<string, string> = {}
+    ) =>
       rows.length === 0 ? Effect.void : Effect.asVoid(sql.unsafe(
         `INSERT INTO ${schema}.${table} (${columns.join(", ")}) ${extra}
-         SELECT ${columns.map((c) => `${c}::${casts[c] ?? (textColumns.has(c) ? "text" : "bigint")}`).join(", ")}
+         SELECT ${
+          columns.map((c) => `${c}::${tableCasts[c] ?? casts[c] ?? (textColumns.has(c) ? "text" : "bigint")}`).join(", ")
+        }
          FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(", ")}) AS u(${columns.join(", ")})`,
         columns.map((c) => rows.map((row) => (row[c] === null || row[c] === undefined ? null : String(row[c])))) as never
       ))
@@ -116,11 +153,12 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
           message: `The PostgreSQL store in schema ${schema} is not empty: import into a fresh one`
         })
       }
-      yield* copy("__alkstore_jobs", read.flow ? [...jobColumns, ...flowJobColumns] : jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE")
+      yield* copy("__alkstore_jobs", read.jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE", { trace_context: "text" })
       yield* copy("__alkstore_scheduler_tasks", read.flow ? [...scheduleColumns, "group_key"] : scheduleColumns, read.schedules)
       yield* copy("__alkstore_locks", lockColumns, read.locks)
       yield* copy("__alkstore_flow_limits", flowLimitsColumns, read.limits)
       yield* copy("__alkstore_flow_log", flowLogColumns, read.log)
+      for (const { columns, rows, table } of read.effectStores) yield* copy(table, columns, rows, "", effectStoresCasts)
       // New ids continue after the largest imported one (SQLite's AUTOINCREMENT high-water mark included).
       const [seq] = yield* Effect.try({
         try: () => {
