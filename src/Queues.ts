@@ -9,6 +9,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type DateTime, type Duration, type Effect, Layer, type Option, type Schema, type Stream } from "effect"
 import { Engine } from "./internal/engine.js"
 import * as internal from "./internal/queue.js"
+import * as internalQueues from "./internal/queues.js"
 import type {
   DatabaseReplaced,
   InvalidName,
@@ -291,7 +292,7 @@ export interface QueuesShape {
 export class Queues extends Context.Tag("alkstore/Queues")<Queues, QueuesShape>() {}
 
 /** Builds the service over an engine. */
-export const make: Effect.Effect<QueuesShape, never, Engine> = internal.makeQueues
+export const make: Effect.Effect<QueuesShape, never, Engine> = internalQueues.makeQueues
 
 /** The service over the engine a store layer provides. */
 export const layer: Layer.Layer<Queues, never, Engine> = Layer.effect(Queues, make)

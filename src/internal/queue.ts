@@ -3,38 +3,32 @@ import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Opt
 import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
-import { isInvalid, optionalDurationMillis } from "./duration.js"
-import { Engine, type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
-import { checkName } from "./names.js"
+import { isInvalid } from "./duration.js"
+import { type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
 import {
   checkEnqueue,
   type EnqueueOptionsInput,
   positiveCount,
-  type QueueOptionsInput,
-  queueDefaults,
   type ResolvedEnqueue,
-  resolveQueueOptions,
   type Stamp,
   validateText
 } from "./options.js"
-import { type ClaimHandle, jobAttributes, makeHandles, oldestPendingAge, settle, storedJob } from "./handle.js"
+import { type ClaimHandle, jobAttributes, makeHandles, settle } from "./handle.js"
 import {
   attr,
-  countExpired,
   inSpan,
   linkOf,
   queueMetrics,
-  setGauges,
   traced,
   traceparentOf,
   tracing,
   withNewSpan
 } from "./telemetry.js"
-import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
+import type { PayloadCodec } from "./payload.js"
 import { transientRetry } from "./transient.js"
 import type { WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
-import { makeLimits } from "./limits.js"
+import { makeInspection } from "./queueInspection.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -452,99 +446,6 @@ export const makeQueue = <A>(
         return Stream.fromChannel(emit())
       })),
     process,
-    getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
-    cancel: (id) =>
-      traced(
-        "alkstore.queue.cancel",
-        () => ({ [attr.queue]: name, [attr.jobId]: id }),
-        Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
-        (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
-      ),
-    // A stats reading also refreshes the queue's gauges.
-    stats: traced("alkstore.queue.stats", queueAttributes, Effect.gen(function*() {
-      const at = yield* now
-      const row = yield* storage.stats(name, at)
-      setGauges(name, { ...row, oldestPendingAgeMillis: row.oldestPendingRunAt === null ? undefined : Math.max(0, at - row.oldestPendingRunAt) })
-      const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
-      return {
-        pending: row.pending,
-        scheduled: row.scheduled,
-        claimed: row.claimed,
-        dead: row.dead,
-        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt),
-        heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
-      }
-    })),
-    dead: (opts) =>
-      Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
-        Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob))),
-    requeueDead: (id) =>
-      traced(
-        "alkstore.queue.requeue_dead",
-        () => ({ [attr.queue]: name, [attr.jobId]: id }),
-        Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
-          Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
-        ),
-        (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
-      ),
-    purgeDead: (olderThan) =>
-      traced("alkstore.queue.purge_dead", queueAttributes, Effect.gen(function*() {
-        const age = yield* optionalDurationMillis("olderThan", olderThan)
-        return yield* storage.purgeDead(name, age === undefined ? undefined : (yield* now) - age)
-      }), (n, span) => span.attribute(attr.count, n))
+    ...makeInspection<A>(engine, name, freed)
   }
-}
-
-export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.gen(function*() {
-  const engine = yield* Engine
-  const queue = (name: string, opts?: QueueOptionsInput) =>
-    Effect.gen(function*() {
-      const nameError = checkName(name)
-      if (nameError !== undefined) return yield* nameError
-      const stamp = yield* resolveQueueOptions(queueDefaults, opts)
-      const codec = opts?.schema === undefined ? jsonCodec : schemaCodec(opts.schema)
-      return makeQueue(engine, name, stamp, codec as PayloadCodec<unknown>)
-    })
-  return {
-    queue: queue as Q.QueuesShape["queue"],
-    maintenance: runMaintenance(engine),
-    sampleMetrics: makeSampler(engine),
-    ...makeLimits(engine)
-  }
-})
-
-/** One maintenance round (expiry and retention), its expiries counted per queue. */
-export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.MaintenanceResult, SqlError> =>
-  traced("alkstore.queue.maintenance", () => ({}), Effect.gen(function*() {
-    const at = yield* Clock.currentTimeMillis
-    const { expired, expiredByQueue, purged } = yield* engine.queues.maintenance(at, at - engine.settings.deadRetentionMillis)
-    for (const { count, queue } of expiredByQueue) countExpired(queue, count)
-    return { expired, purged }
-  }), (result, span) => {
-    span.attribute("alkstore.expired", result.expired)
-    span.attribute("alkstore.purged", result.purged)
-  })
-
-/**
- * Refreshes every queue's depth and oldest-pending-age gauges from one read
- * of all queues; a queue seen before and empty now reads zero.
- */
-const makeSampler = (engine: EngineShape): Effect.Effect<void, SqlError> => {
-  let seen = new Set<string>()
-  return Effect.gen(function*() {
-    const at = yield* Clock.currentTimeMillis
-    const rows = yield* engine.admin.queueDepths(at)
-    const now = new Set<string>()
-    for (const row of rows) {
-      now.add(row.queue)
-      setGauges(row.queue, {
-        ...row,
-        oldestPendingAgeMillis: row.oldest_pending_run_at === null ? undefined : Math.max(0, at - row.oldest_pending_run_at)
-      })
-    }
-    for (const queue of seen) {
-      if (!now.has(queue)) setGauges(queue, { pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAgeMillis: undefined })
-    }
-    seen = now
-  })
 }

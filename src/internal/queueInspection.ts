@@ -1,0 +1,68 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, Effect, Option } from "effect"
+import type * as Q from "../Queues.js"
+import { optionalDurationMillis } from "./duration.js"
+import { type EngineShape, signalOnCommit } from "./engine.js"
+import { oldestPendingAge, storedJob } from "./handle.js"
+import { positiveCount } from "./options.js"
+import { attr, setGauges, traced } from "./telemetry.js"
+
+/**
+ * A queue's inspection and repair (`getJob`, `cancel`, `stats`, `dead`,
+ * `requeueDead`, `purgeDead`), scoped to the queue: a job id from another
+ * queue is absent and unchanged. `freed` wakes waiters a limited queue held
+ * back when a cancel frees a slot (flow control).
+ */
+export const makeInspection = <A>(
+  engine: EngineShape,
+  name: string,
+  freed: Effect.Effect<void, SqlError>
+): Pick<Q.Queue<A>, "getJob" | "cancel" | "stats" | "dead" | "requeueDead" | "purgeDead"> => {
+  const storage = engine.queues
+  const flow = engine.flow
+  const now = Clock.currentTimeMillis
+  const signal = (count: number) => signalOnCommit(engine, name, count)
+  const queueAttributes = () => ({ [attr.queue]: name })
+  return {
+    getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
+    cancel: (id) =>
+      traced(
+        "alkstore.queue.cancel",
+        () => ({ [attr.queue]: name, [attr.jobId]: id }),
+        Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
+        (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
+      ),
+    // A stats reading also refreshes the queue's gauges.
+    stats: traced("alkstore.queue.stats", queueAttributes, Effect.gen(function*() {
+      const at = yield* now
+      const row = yield* storage.stats(name, at)
+      setGauges(name, { ...row, oldestPendingAgeMillis: row.oldestPendingRunAt === null ? undefined : Math.max(0, at - row.oldestPendingRunAt) })
+      const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
+      return {
+        pending: row.pending,
+        scheduled: row.scheduled,
+        claimed: row.claimed,
+        dead: row.dead,
+        oldestPendingAge: oldestPendingAge(at, row.oldestPendingRunAt),
+        heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
+      }
+    })),
+    dead: (opts) =>
+      Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
+        Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob))),
+    requeueDead: (id) =>
+      traced(
+        "alkstore.queue.requeue_dead",
+        () => ({ [attr.queue]: name, [attr.jobId]: id }),
+        Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
+          Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
+        ),
+        (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
+      ),
+    purgeDead: (olderThan) =>
+      traced("alkstore.queue.purge_dead", queueAttributes, Effect.gen(function*() {
+        const age = yield* optionalDurationMillis("olderThan", olderThan)
+        return yield* storage.purgeDead(name, age === undefined ? undefined : (yield* now) - age)
+      }), (n, span) => span.attribute(attr.count, n))
+  }
+}
