@@ -155,21 +155,8 @@ export const claimedRowOf = (queue: string, workerId: string, now: number) => (v
     v[13] as string | null
   )
 
-/** The same from a row object (an application's client returns objects). */
-export interface ClaimedColumns {
-  readonly id: number
-  readonly payload: string
-  readonly state: JobRow["state"]
-  readonly priority: number
-  readonly run_at: number
-  readonly attempts: number
-  readonly max_attempts: number
-  readonly visibility_timeout: number
-  readonly backoff_base: number
-  readonly expires_at: number | null
-  readonly claim_token: number
-  readonly created_at: number
-  readonly last_error: string | null
+/** The same from a row object (an application's client returns objects): `claimedColumns` by name. */
+export type ClaimedColumns = Omit<JobRow, "queue" | "claimed_until" | "worker_id" | "died_at" | "trace_context" | "lapsed"> & {
   readonly trace_context: string | null
 }
 export const claimedRowOfObject = (queue: string, workerId: string, now: number) => (r: ClaimedColumns): JobRow =>
