@@ -79,6 +79,7 @@ export const scheduler: Check = {
       let kills = 0
       let freezes = 0
       let wokeLeading = 0
+      let wokeReacquired = 0
       while ((await fired()) < boundaries) {
         await sleep(rng.int(2_500, 5_000))
         const current = await leader()
@@ -89,12 +90,18 @@ export const scheduler: Check = {
           await start()
         } else {
           freezes++
+          const tenure = (await runtime.runPromise(lockRow("__alkstore_scheduler")))?.token
           freeze(current)
           await sleep(ttlMs + rng.int(500, 2_000))
           thaw(current)
-          // the woken process must find its lease gone and stand by
+          // the woken process must find its lease gone and stand by: leading again 500 ms later is allowed
+          // only as a new tenure (it won the lapsed lease again, with a new token), never as its old one
           await sleep(500)
-          if ((await leader()) === current) wokeLeading++
+          if ((await leader()) === current) {
+            const row = await runtime.runPromise(lockRow("__alkstore_scheduler"))
+            if (row !== undefined && row.token === tenure) wokeLeading++
+            else wokeReacquired++
+          }
         }
       }
       const stoppedAt = Date.now()
@@ -120,7 +127,7 @@ export const scheduler: Check = {
       if (next <= stoppedAt - intervalMs - 1_000) v.add("elapsed", `boundaries up to the stop were left unfired`)
       if (lags.some((lag) => lag < 0)) v.add("early", "a boundary fired before it elapsed")
       if (runAts.length < boundaries) v.add("short", `only ${runAts.length} boundaries`)
-      if (wokeLeading > 0) v.add("woken leader", `${wokeLeading} frozen leaders still held the lease after waking`)
+      if (wokeLeading > 0) v.add("woken leader", `${wokeLeading} frozen leaders still held their old tenure after waking`)
       if (longestLeaderless >= catchUpCap * intervalMs) v.add("cap", "a leaderless span reached the catch-up cap")
       return {
         facts: {
@@ -130,6 +137,7 @@ export const scheduler: Check = {
           kills,
           freezes,
           wokeLeading,
+          wokeReacquired,
           longestLeaderlessMs: longestLeaderless,
           maxFireLagMs: Math.max(0, ...lags)
         },
