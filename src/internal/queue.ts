@@ -1,10 +1,10 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Channel, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, Stream, type Tracer } from "effect"
+import { Channel, Chunk, Clock, Context, Duration, Effect, type Fiber, Option, Stream, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid } from "./duration.js"
-import { type EngineShape, type Fence, type JobRow, type NewJob, signalOnCommit } from "./engine.js"
+import { type EngineShape, type Fence, type NewJob, signalOnCommit } from "./engine.js"
 import {
   checkEnqueue,
   type EnqueueOptionsInput,
@@ -13,22 +13,13 @@ import {
   type Stamp,
   validateText
 } from "./options.js"
-import { type ClaimHandle, jobAttributes, makeHandles, settle } from "./handle.js"
-import {
-  attr,
-  inSpan,
-  linkOf,
-  queueMetrics,
-  traced,
-  traceparentOf,
-  tracing,
-  withNewSpan
-} from "./telemetry.js"
+import { type ClaimHandle, makeHandles } from "./handle.js"
+import { attr, inSpan, queueMetrics, traced, traceparentOf, tracing } from "./telemetry.js"
 import type { PayloadCodec } from "./payload.js"
-import { transientRetry } from "./transient.js"
 import type { WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
+import { makeProcess } from "./worker.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -147,124 +138,7 @@ export const makeQueue = <A>(
       )
     )
 
-  const nextOf = (rows: ReadonlyArray<JobRow>, at: number) =>
-    Effect.map(toHandles(rows, at), ({ handles }) => Option.fromNullable(handles[0]))
-
-  // A worker's step between two jobs: in place where the engine can (one effect), else as effects.
-  const ackThenClaim = (handle: ClaimHandle<A>, workerId: string, onAck?: (acked: boolean) => void) =>
-    Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
-      const at = nowOf(fiber)
-      if (storage.ackAndClaimNow !== undefined) {
-        let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
-        try {
-          result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, at, 1)
-        } catch (cause) {
-          return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
-        }
-        if (result !== undefined) {
-          if (result.acked) m.acked(1)
-          onAck?.(result.acked)
-          return nextOf(result.rows, at)
-        }
-      }
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
-        if (acked) m.acked(1)
-        onAck?.(acked)
-        return nextOf(rows, at)
-      })
-    })
-
-  /**
-   * Runs `effect` with its claim's lease extended every third of the
-   * visibility timeout until it ends. The beat is a raced fiber that must be
-   * interruptible whatever the caller's region (a worker runs under
-   * `uninterruptibleMask`): else the race could never stop it when `effect`
-   * ends, and the worker would hang on a lease renewed forever.
-   */
-  const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
-    const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
-    const beat = handle.heartbeat().pipe(
-      Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
-      Effect.ignore
-    )
-    return Effect.raceFirst(effect, Effect.interruptible(Effect.zipRight(Effect.delay(beat, every), Effect.never)))
-  }
-
-  const workerRetry = transientRetry({
-    firstMillis: 50,
-    capMillis: Math.min(engine.settings.fallbackPollMillis, 2_000),
-    resetAfterMillis: 10_000
-  })
-
-  const process = <E, R>(
-    workerId: string,
-    handler: (job: Q.Job<A>, handle: Q.JobHandle<A>) => Effect.Effect<void, E, R>,
-    opts?: Q.ProcessOpts
-  ): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
-    Effect.gen(function*() {
-      yield* checkWorker(workerId)
-      const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
-      const worker = Effect.uninterruptibleMask((restore) => {
-        // Runs one claim; after a success, acks it and claims the next in one transaction.
-        // The handler's time goes to its histogram; when this fiber traces, the job runs in its
-        // own span (a root: one trace per job, linked to the span that enqueued it).
-        const runOne = (handle: ClaimHandle<A>): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> =>
-          Effect.withFiberRuntime((fiber) => {
-            if (!tracing(fiber)) return runJob(fiber, handle, undefined)
-            const link = linkOf(handle.row.trace_context)
-            return withNewSpan(
-              processSpan.name,
-              { ...processSpan.attributes, ...jobAttributes(name, handle.row), [attr.workerId]: workerId },
-              (span) => Effect.withFiberRuntime((inner) => runJob(inner, handle, span)),
-              { kind: "consumer", root: true, ...(link === undefined ? {} : { links: [link] }) }
-            )
-          })
-        const runJob = (
-          fiber: Fiber.RuntimeFiber<any, any>,
-          handle: ClaimHandle<A>,
-          span: Tracer.Span | undefined
-        ): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
-          // The handler, with its heartbeat when asked, runs interruptible: the worker's
-          // interruption reaches it (and the beat) and its claim is then released.
-          const work = Effect.suspend(() => handler(handle.job, handle))
-          const run = restore(opts?.heartbeat === true ? withHeartbeat(handle, work) : work)
-          const started = nowOf(fiber)
-          return Effect.flatMap(Effect.exit(run), (exit) => {
-            m.handler(nowOf(fiber) - started)
-            if (Exit.isSuccess(exit)) {
-              return ackThenClaim(handle, workerId, span && ((acked) => span.attribute(attr.outcome, acked ? "acked" : "lost")))
-            }
-            return Effect.as(
-              span === undefined ? settle(handle, exit) : Effect.tap(settle(handle, exit), (outcome) => span.attribute(attr.outcome, outcome)),
-              Option.none()
-            )
-          })
-        }
-        // A claim in hand always runs (or is released, when interrupted); with
-        // none, `restore(Effect.void)` is where a pending interruption stops the
-        // worker before it claims again.
-        const loop = (next: Option.Option<ClaimHandle<A>>): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
-          Option.isSome(next)
-            ? Effect.flatMap(runOne(next.value), loop)
-            : restore(Effect.void).pipe(
-              Effect.zipRight(takeUpTo(workerId, 1, restore)),
-              Effect.flatMap((handles) => runOne(handles[0]!)),
-              Effect.flatMap(loop)
-            )
-        return loop(Option.none())
-      }).pipe(
-        // A storage failure that heals by itself (busy past its patience, a killed connection, a
-        // restarting server) does not end the worker: logged, and the loop starts again on the
-        // transient schedule. A claim it held when it failed returns when its lease lapses.
-        Effect.tapErrorTag("SqlError", (error) =>
-          Effect.logWarning(`alkstore: worker ${workerId} of ${name} met a storage error; it tries again`, error)),
-        Effect.retry({ schedule: workerRetry, while: (error) => error._tag === "SqlError" })
-      )
-      return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
-        concurrency: "unbounded",
-        discard: true
-      }).pipe(Effect.zipRight(Effect.never))
-    }).pipe(Effect.withSpan("alkstore.queue.worker", { attributes: { [attr.queue]: name, [attr.workerId]: workerId } }))
+  const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo })
 
   const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined): NewJob => ({
     queue: name,
