@@ -67,6 +67,8 @@ export interface SpanOptions {
   readonly kind?: Tracer.SpanKind
   readonly links?: ReadonlyArray<Tracer.SpanLink>
   readonly root?: boolean
+  /** The span's parent instead of the fiber's current span (a stream's claim, for its handle's operations). */
+  readonly parent?: Tracer.AnySpan
 }
 
 /** `effect` in a span, unconditionally (the caller checked `tracing`). */
