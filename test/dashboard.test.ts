@@ -88,6 +88,14 @@ describe("dashboard over HTTP", () => {
     const job = await (await fetch(`${readOnly}/jobs/${ids.deadReport}`)).text()
     expect(job).toContain("state-dead")
   })
+
+  it("a job's page shows the trace context it was enqueued in, and a dash for none", async () => {
+    const { spanId, traceId } = ids.deadEmailTrace
+    const traced = await (await fetch(`${readOnly}/jobs/${ids.deadEmail}`)).text()
+    expect(traced).toContain(`<dd id="trace"><code>${traceId}</code> span <code>${spanId}</code></dd>`)
+    const untraced = await (await fetch(`${readOnly}/jobs/${ids.deadReport}`)).text()
+    expect(untraced).toContain(`<dd id="trace">–</dd>`)
+  })
 })
 
 describe("dashboard in headless Chromium", () => {

@@ -71,6 +71,8 @@ export const cli = (args: ReadonlyArray<string>, options?: { readonly env?: Reco
 
 export interface Seeded {
   readonly deadEmail: number
+  /** The span `deadEmail` was enqueued in. */
+  readonly deadEmailTrace: { readonly traceId: string; readonly spanId: string }
   readonly claimed: number
   readonly pending: ReadonlyArray<number>
   readonly scheduled: number
