@@ -74,7 +74,12 @@ export type FlowOutcome =
   | { readonly limited: false }
   | {
     readonly limited: true
-    /** Claimed rows (mode `claim`). */
+    /**
+     * Claimed rows in walk order (mode `claim`), those taken from a lapsed
+     * lease marked `lapsed`, then the candidates the claim met expired or
+     * with their attempts spent and moved to dead — exactly as the unlimited
+     * claim answers (for the metrics: they are no claims).
+     */
     readonly rows: ReadonlyArray<JobRow>
     /** How many jobs the walk took (or, read-only, could take). */
     readonly taken: number
@@ -129,6 +134,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   if (lim === undefined) return { limited: false }
   if (!dry) yield* call("promote")
   const rows: Array<JobRow> = []
+  const died: Array<JobRow> = []
   let budget = n
   let taken = 0
   let takenPending = 0
@@ -202,8 +208,11 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       const row = yield* call("claim", c.id)
       if (row === undefined) continue // settled meanwhile by its owner
       // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
-      if (row.state !== "claimed") continue
-      rows.push(row)
+      if (row.state !== "claimed") {
+        died.push(row)
+        continue
+      }
+      rows.push(c.state === "claimed" ? { ...row, lapsed: true } : row)
     }
     taken++
     if (c.state !== "claimed") takenPending++
@@ -225,7 +234,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       }
     }
   }
-  return { limited: true, rows, taken, takenPending, reopenAt }
+  return { limited: true, rows: died.length === 0 ? rows : [...rows, ...died], taken, takenPending, reopenAt }
 }
 
 /** Runs a walk on synchronous operations (SQLite's own connection). */
