@@ -7,7 +7,8 @@
  *   tsx bench/flow.ts            SQLite (a fresh WAL file per sample)
  *   tsx bench/flow.ts --pg       PostgreSQL (bench/pg/cluster.ts: a throw-away server, or ALKSTORE_PG_URL)
  *
- * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000).
+ * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
+ * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
  * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
  */
 import { Effect, Layer, Option, Redacted } from "effect"
@@ -30,7 +31,7 @@ interface Scenario {
   readonly groups: number
 }
 
-const scenarios: ReadonlyArray<Scenario> = [
+const allScenarios: ReadonlyArray<Scenario> = [
   { id: "unlimited", title: "no limits (baseline)", limits: undefined, groups: 1 },
   { id: "limited-1", title: "concurrency 10 + groupConcurrency 1, 1 group", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 1 },
   { id: "limited-100", title: "concurrency 10 + groupConcurrency 1, 100 groups", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 100 },
@@ -44,9 +45,18 @@ const scenarios: ReadonlyArray<Scenario> = [
   { id: "fair-10k", title: "fair rotation only ({}), 10 000 groups", limits: {}, groups: 10_000 }
 ]
 
+const chosen = process.env.FLOW_SCENARIOS?.split(",")
+const scenarios = allScenarios.filter((s) => s.id === "unlimited" || chosen === undefined || chosen.includes(s.id))
+
 type Store = Layer.Layer<Queues.Queues, unknown>
 
-const sample = async (scenario: Scenario, store: Store): Promise<number> => {
+interface Sample {
+  readonly opsPerSecond: number
+  /** CPU time of this process per claim+ack, µs (user + system): on a loaded machine steadier than wall time. */
+  readonly cpuMicros: number
+}
+
+const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
   const program = Effect.gen(function*() {
     const queues = yield* Queues.Queues
     if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
@@ -66,10 +76,12 @@ const sample = async (scenario: Scenario, store: Store): Promise<number> => {
       })
     yield* loop(WARMUP)
     const started = performance.now()
+    const cpu = process.cpuUsage()
     yield* loop(OPS)
-    return OPS / ((performance.now() - started) / 1000)
+    const used = process.cpuUsage(cpu)
+    return { opsPerSecond: OPS / ((performance.now() - started) / 1000), cpuMicros: (used.user + used.system) / OPS }
   })
-  return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<number>)
+  return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<Sample>)
 }
 
 const median = (xs: ReadonlyArray<number>) => {
@@ -90,19 +102,28 @@ const main = async () => {
   }
   const results = new Map<string, Array<number>>()
   const ratios = new Map<string, Array<number>>()
+  const cpus = new Map<string, Array<number>>()
+  const cpuRatios = new Map<string, Array<number>>()
+  const push = (map: Map<string, Array<number>>, id: string, x: number) => map.set(id, [...(map.get(id) ?? []), x])
   try {
     for (let round = 0; round < ROUNDS; round++) {
       const order = scenarios.map((_, i) => scenarios[(i + round) % scenarios.length]!)
-      const thisRound = new Map<string, number>()
+      const thisRound = new Map<string, Sample>()
       for (const scenario of order) {
-        const opsPerSecond = await sample(scenario, await storeFor())
-        thisRound.set(scenario.id, opsPerSecond)
-        results.set(scenario.id, [...(results.get(scenario.id) ?? []), opsPerSecond])
-        process.stderr.write(`round ${round + 1}/${ROUNDS} ${scenario.id}: ${opsPerSecond.toFixed(0)} claim+ack/s\n`)
+        const s = await sample(scenario, await storeFor())
+        thisRound.set(scenario.id, s)
+        push(results, scenario.id, s.opsPerSecond)
+        push(cpus, scenario.id, s.cpuMicros)
+        process.stderr.write(
+          `round ${round + 1}/${ROUNDS} ${scenario.id}: ${s.opsPerSecond.toFixed(0)} claim+ack/s, ${s.cpuMicros.toFixed(1)} µs CPU each\n`
+        )
       }
+      const base = thisRound.get("unlimited")!
       for (const scenario of scenarios) {
-        // the cost ratio: how much longer a limited claim+ack takes than an unlimited one, this round
-        ratios.set(scenario.id, [...(ratios.get(scenario.id) ?? []), thisRound.get("unlimited")! / thisRound.get(scenario.id)!])
+        // the cost ratios: how much longer a limited claim+ack takes than an unlimited one, this round
+        const s = thisRound.get(scenario.id)!
+        push(ratios, scenario.id, base.opsPerSecond / s.opsPerSecond)
+        push(cpuRatios, scenario.id, s.cpuMicros / base.cpuMicros)
       }
     }
   } finally {
@@ -115,12 +136,15 @@ const main = async () => {
     `${OPS} timed claim → ack pairs after ${WARMUP} untimed; 1-minute load average at the end ${load} on ${os.cpus().length} cores; ` +
     `${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
     "",
-    "| scenario | claim+ack/s (median) | cost vs. no limits (median, min–max of per-round ratios) |",
-    "| --- | ---: | ---: |",
+    `| scenario | claim+ack/s (median) | wall-time cost vs. no limits | ${pg ? "client " : ""}CPU µs per claim+ack (median) | ${pg ? "client " : ""}CPU cost vs. no limits |`,
+    "| --- | ---: | ---: | ---: | ---: |",
     ...scenarios.map((s) => {
-      const r = ratios.get(s.id)!
-      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}) |`
-    })
+      const spread = (r: ReadonlyArray<number>) => `${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})`
+      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${spread(ratios.get(s.id)!)} | ` +
+        `${median(cpus.get(s.id)!).toFixed(1)} | ${spread(cpuRatios.get(s.id)!)} |`
+    }),
+    "",
+    "Ratios: the median over rounds of each round's ratio to that round's baseline (min–max in brackets)."
   ]
   process.stdout.write(lines.join("\n") + "\n")
 }
