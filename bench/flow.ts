@@ -9,9 +9,11 @@
  *
  * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
  * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
+ * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
+ * alternating chunks of 100 claim → ack pairs, CPU time summed per side: the ratio a loaded machine disturbs least.
  * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -84,6 +86,67 @@ const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
   return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<Sample>)
 }
 
+/** A store's queue, filled as `sample` fills it, with its claim → ack loop as a runnable chunk. */
+const prepared = async (scenario: Scenario, store: Store) => {
+  const runtime = ManagedRuntime.make(store)
+  const q = await runtime.runPromise(Effect.gen(function*() {
+    const queues = yield* Queues.Queues
+    if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
+    const q = yield* queues.queue("bench")
+    const perGroup = Math.ceil(JOBS / scenario.groups)
+    for (let g = 0; g < scenario.groups; g++) {
+      const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
+      yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
+    }
+    return q
+  }) as Effect.Effect<Queues.Queue<unknown>>)
+  const loop = (n: number) =>
+    Effect.gen(function*() {
+      for (let i = 0; i < n; i++) {
+        const handle = yield* q.claim("bench")
+        if (Option.isNone(handle)) return yield* Effect.die(new Error(`nothing claimable (${scenario.id})`))
+        yield* handle.value.ack
+      }
+    })
+  /** CPU µs of `n` claim → ack pairs. */
+  const chunk = async (n: number) => {
+    const cpu = process.cpuUsage()
+    await runtime.runPromise(loop(n) as Effect.Effect<void>)
+    const used = process.cpuUsage(cpu)
+    return used.user + used.system
+  }
+  return { chunk, dispose: () => runtime.dispose() }
+}
+
+const pairedRun = async (storeFor: () => Promise<Store>) => {
+  const lines: Array<string> = []
+  for (const scenario of scenarios.filter((s) => s.id !== "unlimited")) {
+    const base = await prepared(scenarios[0]!, await storeFor())
+    const limited = await prepared(scenario, await storeFor())
+    await base.chunk(WARMUP)
+    await limited.chunk(WARMUP)
+    let baseCpu = 0
+    let limitedCpu = 0
+    const ratios: Array<number> = []
+    for (let done = 0; done < OPS; done += 100) {
+      // alternate which side goes first, so neither always runs right after the other
+      const [b, l] = done % 200 === 0
+        ? [await base.chunk(100), await limited.chunk(100)]
+        : [await limited.chunk(100), await base.chunk(100)].reverse() as [number, number]
+      baseCpu += b
+      limitedCpu += l
+      ratios.push(l / b)
+    }
+    await base.dispose()
+    await limited.dispose()
+    const line = `| ${scenario.title} | ${(baseCpu / OPS).toFixed(1)} | ${(limitedCpu / OPS).toFixed(1)} | ` +
+      `${(limitedCpu / baseCpu).toFixed(2)}× (chunks: median ${median(ratios).toFixed(2)}×) |`
+    process.stderr.write(line + "\n")
+    lines.push(line)
+  }
+  return lines
+}
+
 const median = (xs: ReadonlyArray<number>) => {
   const s = [...xs].sort((a, b) => a - b)
   return s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
@@ -99,6 +162,24 @@ const main = async () => {
     const db = `flow_bench_${n}`
     await admin(server.adminUrl, [`CREATE DATABASE ${db}`])
     return PgStore.layer({ url: Redacted.make(server.urlFor(db)), clock: "host" }) as unknown as Store
+  }
+  if (process.env.FLOW_PAIRED === "1") {
+    try {
+      const lines = await pairedRun(storeFor)
+      process.stdout.write([
+        `Engine: ${pg ? "PostgreSQL" : "SQLite (SqliteStore.layer, WAL file)"}; paired in one process, alternating chunks of 100; ` +
+        `${JOBS} due jobs; ${OPS} timed claim → ack pairs per side after ${WARMUP} untimed; 1-minute load average at the end ` +
+        `${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} cores; ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
+        "",
+        `| scenario | no limits: ${pg ? "client " : ""}CPU µs per claim+ack | limited: ${pg ? "client " : ""}CPU µs per claim+ack | CPU cost vs. no limits |`,
+        "| --- | ---: | ---: | ---: |",
+        ...lines
+      ].join("\n") + "\n")
+    } finally {
+      server?.stop()
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+    return
   }
   const results = new Map<string, Array<number>>()
   const ratios = new Map<string, Array<number>>()
