@@ -1,5 +1,5 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
-import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, type Scope } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
@@ -131,7 +131,12 @@ export const make = (
               return yield* Effect.interrupt
             }
             open.add(handle)
-            yield* Effect.addFinalizer((exit) => Effect.zipRight(Effect.sync(() => open.delete(handle)), settle(handle, exit, maxAttempts)))
+            // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
+            // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
+            yield* Scope.addFinalizerExit(
+              yield* Effect.scope,
+              (exit) => Effect.zipRight(Effect.sync(() => open.delete(handle)), settle(handle, exit, maxAttempts))
+            )
             return { id: payload.id, attempts, element: payload.element }
           }
         })
@@ -174,7 +179,8 @@ const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
 /** Settlement must not fail a closing scope: a storage failure is logged, and the lease brings the element back. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
   effect.pipe(
-    Effect.retry({ times: 3, schedule: Schedule.exponential(50) }),
+    // The retry's schedule only once the first attempt failed: building it costs more than an ack.
+    Effect.catchAll(() => Effect.retry(effect, { times: 3, schedule: Schedule.exponential(50) })),
     Effect.catchAll((error) =>
       Effect.logWarning(`alkstore: ${what} a persisted queue element failed; it is taken again when its lease lapses`, error)
     ),
