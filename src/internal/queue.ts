@@ -35,7 +35,8 @@ const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
  * uninterruptible, so the caller installs its settling finalizer before any
  * interruption can land (the public `take` has its own mask: between its
  * end and the caller's next step an interruption would drop the claim until
- * its lease lapses). Internal: a symbol-keyed method of every queue.
+ * its lease lapses). Its first round claims at once, without the read the
+ * public `take` asks first. Internal: a symbol-keyed method of every queue.
  */
 export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
 
@@ -109,7 +110,8 @@ export const makeQueue = <A>(
   const takeUpTo = (
     workerId: string,
     n: number,
-    restore: Restore
+    restore: Restore,
+    claimAtOnce = false
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
     const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
@@ -145,7 +147,14 @@ export const makeQueue = <A>(
           })),
         (outcome) => typeof outcome === "string" ? round(outcome) : Effect.succeed(outcome)
       )
-    return round("changed")
+    if (!claimAtOnce) return round("changed")
+    // Claiming at once skips the ticket and the read before the claim (a drain's every take is a first
+    // round); it costs an idle take one claim that finds nothing, once, before it waits as ever.
+    return Effect.flatMap(claimUpTo(workerId, n), (handles) => {
+      if (handles.length === 0) return round("changed")
+      engine.wake.signal(name, 1) // pass the baton: there may be more
+      return Effect.succeed(handles)
+    })
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
@@ -241,10 +250,10 @@ export const makeQueue = <A>(
     handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
   ) => traced("alkstore.queue.claim", claimAttributes(workerId), effect, (x, span) => claimOutcome(handlesOf(x), span))
 
-  const takeUnder = (workerId: string, restore: Restore) =>
+  const takeUnder = (workerId: string, restore: Restore, claimAtOnce = false) =>
     Effect.zipRight(
       checkWorker(workerId),
-      claimTraced(workerId, Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!), (handle) => [handle])
+      claimTraced(workerId, Effect.map(takeUpTo(workerId, 1, restore, claimAtOnce), (handles) => handles[0]!), (handle) => [handle])
     )
 
   return {
@@ -311,7 +320,7 @@ export const makeQueue = <A>(
         })
       }),
     take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
-    [takeWithin]: takeUnder,
+    [takeWithin]: (workerId, restore) => takeUnder(workerId, restore, true),
     // A batch is claimed in one round trip but handed on one handle at a time: whatever ends the stream
     // (a `Stream.take`, interruption, a failure downstream), the claims it never handed on are released.
     stream: (workerId, opts) =>
