@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Channel, Chunk, Clock, Context, Duration, Effect, type Fiber, Option, Stream, type Tracer } from "effect"
+import { Clock, Context, Duration, Effect, type Fiber, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -20,6 +20,7 @@ import type { WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
+import { makeStream } from "./stream.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -296,6 +297,8 @@ export const makeQueue = <A>(
     ackAll: (handles) =>
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
         const fences: Array<Fence> = []
+        // A traced stream's claims, whose own spans end with their outcomes (none untraced).
+        let spanned: Array<[ClaimHandle<A>, number]> | undefined
         for (const handle of handles) {
           // The handle's own queue name as its caller gave it, not one read back from the row
           // (nor `handle.job`: a batch acked unread never builds its jobs).
@@ -305,6 +308,7 @@ export const makeQueue = <A>(
               new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
             )
           }
+          if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
           fences.push(fence)
         }
         if (fences.length === 0) return Effect.succeed([])
@@ -313,7 +317,14 @@ export const makeQueue = <A>(
           for (const ok of results) if (ok) n++
           if (n > 0) m.acked(n)
           return results
-        }).pipe(Effect.tap((results) => (results.includes(true) ? freed : Effect.void)))
+        }).pipe(
+          Effect.tap((results) => (results.includes(true) ? freed : Effect.void)),
+          Effect.tap((results) =>
+            spanned === undefined
+              ? Effect.void
+              : Effect.forEach(spanned, ([handle, i]) => handle.endJobSpan(results[i] ? "acked" : "lost"), { discard: true })
+          )
+        )
         return traced("alkstore.queue.ack_all", queueAttributes, acked, (results, span) => {
           span.attribute(attr.count, results.length)
           span.attribute("alkstore.acked", results.filter((ok) => ok).length)
@@ -321,30 +332,7 @@ export const makeQueue = <A>(
       }),
     take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
     [takeWithin]: (workerId, restore) => takeUnder(workerId, restore, true),
-    // A batch is claimed in one round trip but handed on one handle at a time: whatever ends the stream
-    // (a `Stream.take`, interruption, a failure downstream), the claims it never handed on are released.
-    stream: (workerId, opts) =>
-      Stream.unwrapScoped(Effect.gen(function*() {
-        yield* checkWorker(workerId)
-        const batch = yield* positiveCount("batch", opts?.batch ?? 1)
-        let held: ReadonlyArray<ClaimHandle<A>> = []
-        let handed = 0
-        yield* Effect.addFinalizer(() => releaseUnhanded(held.slice(handed)))
-        const claimBatch = Effect.uninterruptibleMask((restore) =>
-          Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
-            held = handles
-            handed = 0
-          })
-        )
-        // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
-        const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
-          Channel.suspend(() =>
-            handed < held.length
-              ? Channel.flatMap(Channel.write(Chunk.of(held[handed++]!)), emit)
-              : Channel.flatMap(claimBatch, emit)
-          )
-        return Stream.fromChannel(emit())
-      })),
+    stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
     process,
     ...makeInspection<A>(engine, name, freed)
   }
