@@ -28,6 +28,25 @@ const checkWorker = (workerId: string) => validateText("workerId", workerId)
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
   Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
 
+/**
+ * A queue's waiting take for a caller that settles the claim itself
+ * (EffectStores' PersistedQueue store): run it inside the caller's own
+ * `uninterruptibleMask` with that mask's `restore`, which only the wait
+ * gets. A claim whose write committed then always reaches the caller, still
+ * uninterruptible, so the caller installs its settling finalizer before any
+ * interruption can land (the public `take` has its own mask: between its
+ * end and the caller's next step an interruption would drop the claim until
+ * its lease lapses). Its first round claims at once, without the read the
+ * public `take` asks first. Internal: a symbol-keyed method of every queue.
+ */
+export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
+
+export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+
+export interface QueueInternals<A> {
+  readonly [takeWithin]: (workerId: string, restore: Restore) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
+}
+
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
   Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
 
@@ -46,7 +65,7 @@ export const makeQueue = <A>(
     name: "alkstore.queue.process",
     attributes: {}
   }
-): Q.Queue<A> => {
+): Q.Queue<A> & QueueInternals<A> => {
   const storage = engine.queues
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
@@ -92,7 +111,8 @@ export const makeQueue = <A>(
   const takeUpTo = (
     workerId: string,
     n: number,
-    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+    restore: Restore,
+    claimAtOnce = false
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
     const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
@@ -128,7 +148,14 @@ export const makeQueue = <A>(
           })),
         (outcome) => typeof outcome === "string" ? round(outcome) : Effect.succeed(outcome)
       )
-    return round("changed")
+    if (!claimAtOnce) return round("changed")
+    // Claiming at once skips the ticket and the read before the claim (a drain's every take is a first
+    // round); it costs an idle take one claim that finds nothing, once, before it waits as ever.
+    return Effect.flatMap(claimUpTo(workerId, n), (handles) => {
+      if (handles.length === 0) return round("changed")
+      engine.wake.signal(name, 1) // pass the baton: there may be more
+      return Effect.succeed(handles)
+    })
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
@@ -224,6 +251,12 @@ export const makeQueue = <A>(
     handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
   ) => traced("alkstore.queue.claim", claimAttributes(workerId), effect, (x, span) => claimOutcome(handlesOf(x), span))
 
+  const takeUnder = (workerId: string, restore: Restore, claimAtOnce = false) =>
+    Effect.zipRight(
+      checkWorker(workerId),
+      claimTraced(workerId, Effect.map(takeUpTo(workerId, 1, restore, claimAtOnce), (handles) => handles[0]!), (handle) => [handle])
+    )
+
   return {
     name,
     // Untraced, the enqueue is the same single step as ever (one fiber-runtime read).
@@ -297,15 +330,8 @@ export const makeQueue = <A>(
           span.attribute("alkstore.acked", results.filter((ok) => ok).length)
         })
       }),
-    take: (workerId) =>
-      Effect.zipRight(
-        checkWorker(workerId),
-        claimTraced(
-          workerId,
-          Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!)),
-          (handle) => [handle]
-        )
-      ),
+    take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
+    [takeWithin]: (workerId, restore) => takeUnder(workerId, restore, true),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
     process,
     ...makeInspection<A>(engine, name, freed)
