@@ -321,7 +321,9 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
               [claimStatements.claim, true],
               [claimStatements.claimMany, true],
               [claimStatements.claimPending, false],
-              [claimStatements.claimManyPending, false]
+              [claimStatements.claimManyPending, false],
+              [claimStatements.batchClaim(5).lapsed, true],
+              [claimStatements.batchClaim(5).pending, false]
             ] as const) {
               yield* checkClaim(yield* plan(statement.text, statement.bind([now, "w", "plan", 5])), lapsed)
             }

@@ -274,6 +274,29 @@ export const queuesContract = (engine: EngineUnderTest) =>
           }
         })))
 
+      // Every size claims exactly its count, the same sizes again and more distinct sizes than a store keeps
+      // a statement for each (SQLite writes a batch's count into its statement: docs/performance.md).
+      it.effect("claimBatch of every size from 2 to 45 claims exactly that many, in order", () =>
+        run(Effect.gen(function*() {
+          const q = yield* queueOf("sizes", { visibilityTimeout: "10 seconds" })
+          const sizes = [...Array.from({ length: 44 }, (_, i) => i + 2), 2, 7, 45]
+          const ids = yield* q.enqueueBatch(Array.from({ length: sizes.reduce((a, b) => a + b, 0) }, (_, i) => i))
+          let next = 0
+          for (const n of sizes) {
+            const batch = yield* q.claimBatch("w", n)
+            expect(batch.map((h) => h.job.id)).toEqual(ids.slice(next, next + n))
+            next += n
+          }
+          expect(yield* q.claimBatch("w", 3)).toEqual([])
+          // leases lapsed: the lapsed side of the claim, at sizes met before and not
+          yield* TestClock.adjust("11 seconds")
+          next = 0
+          for (const n of [45, 46, 3]) {
+            expect((yield* q.claimBatch("w", n)).map((h) => h.job.id)).toEqual(ids.slice(next, next + n))
+            next += n
+          }
+        })))
+
       it.effect("a job whose lease lapsed competes in the same order as pending ones", () =>
         run(Effect.gen(function*() {
           const q = yield* queueOf("lapsed", { visibilityTimeout: "10 seconds" })

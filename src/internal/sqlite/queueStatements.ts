@@ -290,6 +290,39 @@ export const claimSql = { lapsed: numbered(sql.claim), pending: numbered(sql.cla
 export const claimManySql = { lapsed: numbered(sql.claimMany), pending: numbered(sql.claimManyPending) }
 
 /**
+ * A batch claim's statements with its row count written in as a literal. A
+ * bound `LIMIT ?` makes SQLite re-prepare the statement at every bind (its
+ * planner reads the bound limit, and a statement whose plan read a parameter
+ * expires when it is bound again), which cost a batch claim more than its
+ * own run. One statement per count, for the first `LITERAL_LIMITS` counts
+ * met (a worker asks for the same few sizes; later rounds of a claim that
+ * met buried rows ask for fewer): beyond them, the bound form, so an
+ * application that asks for every size does not grow the statement cache.
+ */
+const LITERAL_LIMITS = 32
+const literalClaims = new Map<number, {
+  readonly lapsed: ReturnType<typeof numbered>
+  readonly pending: ReturnType<typeof numbered>
+  readonly lapsedCandidates: ReturnType<typeof numbered>
+}>()
+export const batchClaimSql = (wanted: number) => {
+  let made = literalClaims.get(wanted)
+  if (made === undefined) {
+    if (literalClaims.size >= LITERAL_LIMITS) {
+      return { lapsed: claimManySql.lapsed, pending: claimManySql.pending, lapsedCandidates: lapsedCandidatesSql }
+    }
+    const limit = String(wanted)
+    made = {
+      lapsed: numbered(`${claimSet} WHERE id IN (${candidates(limit, true)}) RETURNING ${claimedColumns}`),
+      pending: numbered(`${claimSet} WHERE id IN (${candidates(limit, false)}) RETURNING ${claimedColumns}`),
+      lapsedCandidates: numbered(sql.lapsedCandidates.replace("LIMIT ?4", `LIMIT ${limit}`))
+    }
+    literalClaims.set(wanted, made)
+  }
+  return made
+}
+
+/**
  * The statements a claim runs, exported for the query-plan test (the claim
  * must stay on its partial indexes). The claims bind `[now, workerId, queue]`,
  * the batch claims `[now, workerId, queue, limit]`, the other two `[queue, now]`.
@@ -300,7 +333,9 @@ export const claimStatements = {
   claim: claimSql.lapsed,
   claimPending: claimSql.pending,
   claimMany: claimManySql.lapsed,
-  claimManyPending: claimManySql.pending
+  claimManyPending: claimManySql.pending,
+  /** The batch claims as they run (their row count a literal). */
+  batchClaim: (wanted: number) => batchClaimSql(wanted)
 } as const
 export const statsSql = numbered(sql.stats)
 export const nextDeadlineSql = numbered(sql.nextDeadline)

@@ -7,7 +7,7 @@ import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
 import { flowWalkEffect, flowWalkNow, readinessNow } from "./flowStorage.js"
 import type { FlowMemory } from "../flow.js"
 import {
-  claimManySql,
+  batchClaimSql,
   claimOrder,
   claimSql,
   type ClaimedColumns,
@@ -16,7 +16,6 @@ import {
   expireKeyHolderSql,
   expireSql,
   expiringSql,
-  lapsedCandidatesSql,
   minOf,
   nextDeadlineSql,
   readinessSql,
@@ -143,9 +142,17 @@ interface Readiness {
 const claimStatement = (ready: Readiness, queue: string, workerId: string, now: number, wanted: number) => {
   const statement = wanted === 1
     ? (ready.lapsed === 1 ? claimSql.lapsed : claimSql.pending)
-    : (ready.lapsed === 1 ? claimManySql.lapsed : claimManySql.pending)
+    : (ready.lapsed === 1 ? batchClaimSql(wanted).lapsed : batchClaimSql(wanted).pending)
   return [statement.text, statement.bind([now, workerId, queue, wanted])] as const
 }
+
+/** The lapsed leases a batch claim of `wanted` rows can pick, to mark them (`wanted` as a literal). */
+const lapsedIdsStatement = (queue: string, workerId: string, now: number, wanted: number) => {
+  const statement = batchClaimSql(wanted).lapsedCandidates
+  return [statement.text, statement.bind([now, workerId, queue, wanted])] as const
+}
+const lapsedIdsNow = (c: DirectConnection, queue: string, workerId: string, now: number, wanted: number) =>
+  c.all<{ id: number }>(...lapsedIdsStatement(queue, workerId, now, wanted))
 
 /** Claimed rows in claim order (a batch's RETURNING comes in table order). */
 const inClaimOrder = (rows: ReadonlyArray<JobRow>) => (rows.length > 1 ? [...rows].sort(claimOrder) : rows)
@@ -191,7 +198,7 @@ const claimNow = (
   while (more && claimed.length < limit) {
     const wanted = limit - claimed.length
     const lapsedIds = ready.lapsed === 1
-      ? c.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+      ? lapsedIdsNow(c, queue, workerId, now, wanted)
       : []
     const rows = c.values(...claimStatement(ready, queue, workerId, now, wanted)).map(toRow)
     more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
@@ -250,7 +257,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
       while (more && claimed.length < limit) {
         const wanted = limit - claimed.length
         const lapsedIds = ready.lapsed === 1
-          ? yield* db.all<{ id: number }>(lapsedCandidatesSql.text, lapsedCandidatesSql.bind([now, workerId, queue, wanted]))
+          ? yield* db.all<{ id: number }>(...lapsedIdsStatement(queue, workerId, now, wanted))
           : []
         const rows = (yield* db.all<ClaimedColumns>(...claimStatement(ready, queue, workerId, now, wanted))).map(toRow)
         more = keepClaimed(inClaimOrder(markLapsed(rows, lapsedIds)), wanted, claimed, died)
