@@ -186,6 +186,12 @@ export const sql = {
     (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
      created_at, trace_context, ${flowInsertColumns})
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`,
+  // A batch's insert when its queue has no limits (read under the same write lock): no round, no probe per row.
+  insertUnlimited: `INSERT INTO __alkstore_jobs
+    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+  hasLimits: `SELECT 1 FROM __alkstore_flow_limits WHERE queue = ?`,
   // With a key, a live job holding it wins: nothing is written and its id is looked up
   // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
   insertKeyed: `INSERT INTO __alkstore_jobs

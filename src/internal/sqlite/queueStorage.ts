@@ -92,15 +92,29 @@ const INSERT_ROWS = 100
 const insertRowsSql: Array<string> = []
 const insertRowsText = (rows: number) =>
   (insertRowsSql[rows] ??= `${sql.insert}${`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`.repeat(rows - 1)}`)
+/**
+ * The same for a queue without limits, known so under this transaction's
+ * write lock: the round is NULL, so no row pays the limits probe (limits set
+ * later give the backlog its rounds, flow.ts).
+ */
+const unlimitedRowsSql: Array<string> = []
+const unlimitedRowsText = (rows: number) =>
+  (unlimitedRowsSql[rows] ??= `${sql.insertUnlimited}${`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`.repeat(rows - 1)}`)
 /** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (4). */
 const ROW_PARAMS = 17
+const UNLIMITED_ROW_PARAMS = 13
 
 const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<number> => {
   const ids: Array<number> = new Array(jobs.length)
+  // One queue (a batch's), and no limits on it: checked once, inside the transaction that inserts.
+  const queue = jobs[0]!.queue
+  const unlimited = jobs.every((job) => job.queue === queue) &&
+    c.all(sql.hasLimits, [queue]).length === 0
+  const perRow = unlimited ? UNLIMITED_ROW_PARAMS : ROW_PARAMS
   for (let from = 0; from < jobs.length; from += INSERT_ROWS) {
     const to = Math.min(jobs.length, from + INSERT_ROWS)
     // Written in place (no array per job): a batch is where a cold process spends its first thousand jobs.
-    const params: Array<string | number | null> = new Array((to - from) * ROW_PARAMS)
+    const params: Array<string | number | null> = new Array((to - from) * perRow)
     // Jobs of one group in one statement take consecutive rounds (flowInsert.ts).
     const offsets = new Map<string, number>()
     for (let i = from, k = 0; i < to; i++) {
@@ -118,6 +132,7 @@ const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<
       params[k++] = job.createdAt
       params[k++] = job.traceContext ?? null
       params[k++] = job.group
+      if (unlimited) continue
       const lane = `${job.queue}\u0000${job.group}`
       const offset = offsets.get(lane) ?? 0
       offsets.set(lane, offset + 1)
@@ -126,7 +141,8 @@ const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<
       params[k++] = offset
       params[k++] = job.queue
     }
-    const last = Number(c.run(insertRowsText(to - from), params).lastInsertRowid)
+    const text = unlimited ? unlimitedRowsText(to - from) : insertRowsText(to - from)
+    const last = Number(c.run(text, params).lastInsertRowid)
     for (let i = from; i < to; i++) ids[i] = last - (to - 1 - i)
   }
   return ids
