@@ -2,7 +2,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, type StatsRow } from "../engine.js"
 import type { Param, PgExecutor } from "./executor.js"
-import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
+import { decoded, decodeError, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
 import type { FlowMemory, FlowOutcome } from "../flow.js"
 import { flowRoundOf } from "./flowInsert.js"
@@ -318,17 +318,37 @@ export const makeQueueStorage = (
     claimRounds(queue, workerId, now, limit)
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
+  // The worker runs this once per job: the common outcome (every row returned is a claim, or none
+  // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
+  // docs/performance-pg.md).
   const ackAndClaim = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
-    Effect.gen(function*() {
-      const raw = yield* db.all<Record<string, unknown>>(
-        sql.ackAndClaim,
-        [now, workerId, queue, limit, fence.id, fence.token]
-      )
-      const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
-      if (raw[0]?.limited === true) return { acked: acked === true, rows: yield* limitedClaim(queue, workerId, now, limit) }
-      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
-      return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
-    })
+    Effect.flatMap(
+      db.all<Record<string, unknown>>(sql.ackAndClaim, [now, workerId, queue, limit, fence.id, fence.token]),
+      (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
+        let acked: boolean
+        const first: Array<JobRow> = []
+        let allClaimed = true
+        try {
+          acked = raw.length > 0 && int(raw[0]!.acked, "acked") > 0
+          if (raw[0]?.limited === true) {
+            return Effect.map(limitedClaim(queue, workerId, now, limit), (rows) => ({ acked, rows }))
+          }
+          for (const row of raw) {
+            if (row.id === null) continue
+            const decodedRow = claimedRow(row)
+            if (decodedRow.state !== "claimed") allClaimed = false
+            first.push(decodedRow)
+          }
+        } catch (cause) {
+          return Effect.fail(decodeError(cause))
+        }
+        if (allClaimed) {
+          if (first.length > 1) first.sort(claimOrder)
+          return Effect.succeed({ acked, rows: first })
+        }
+        return Effect.map(claimRounds(queue, workerId, now, limit, first), (rows) => ({ acked, rows }))
+      }
+    )
 
   const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
 
