@@ -7,10 +7,13 @@
  *   tsx bench/flow.ts            SQLite (a fresh WAL file per sample)
  *   tsx bench/flow.ts --pg       PostgreSQL (bench/pg/cluster.ts: a throw-away server, or ALKSTORE_PG_URL)
  *
- * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000).
+ * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
+ * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
+ * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
+ * alternating chunks of 100 claim → ack pairs, CPU time summed per side: the ratio a loaded machine disturbs least.
  * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -30,7 +33,7 @@ interface Scenario {
   readonly groups: number
 }
 
-const scenarios: ReadonlyArray<Scenario> = [
+const allScenarios: ReadonlyArray<Scenario> = [
   { id: "unlimited", title: "no limits (baseline)", limits: undefined, groups: 1 },
   { id: "limited-1", title: "concurrency 10 + groupConcurrency 1, 1 group", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 1 },
   { id: "limited-100", title: "concurrency 10 + groupConcurrency 1, 100 groups", limits: { concurrency: 10, groupConcurrency: 1 }, groups: 100 },
@@ -44,9 +47,18 @@ const scenarios: ReadonlyArray<Scenario> = [
   { id: "fair-10k", title: "fair rotation only ({}), 10 000 groups", limits: {}, groups: 10_000 }
 ]
 
+const chosen = process.env.FLOW_SCENARIOS?.split(",")
+const scenarios = allScenarios.filter((s) => s.id === "unlimited" || chosen === undefined || chosen.includes(s.id))
+
 type Store = Layer.Layer<Queues.Queues, unknown>
 
-const sample = async (scenario: Scenario, store: Store): Promise<number> => {
+interface Sample {
+  readonly opsPerSecond: number
+  /** CPU time of this process per claim+ack, µs (user + system): on a loaded machine steadier than wall time. */
+  readonly cpuMicros: number
+}
+
+const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
   const program = Effect.gen(function*() {
     const queues = yield* Queues.Queues
     if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
@@ -66,10 +78,73 @@ const sample = async (scenario: Scenario, store: Store): Promise<number> => {
       })
     yield* loop(WARMUP)
     const started = performance.now()
+    const cpu = process.cpuUsage()
     yield* loop(OPS)
-    return OPS / ((performance.now() - started) / 1000)
+    const used = process.cpuUsage(cpu)
+    return { opsPerSecond: OPS / ((performance.now() - started) / 1000), cpuMicros: (used.user + used.system) / OPS }
   })
-  return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<number>)
+  return Effect.runPromise(Effect.scoped(Effect.provide(program, store)) as Effect.Effect<Sample>)
+}
+
+/** A store's queue, filled as `sample` fills it, with its claim → ack loop as a runnable chunk. */
+const prepared = async (scenario: Scenario, store: Store) => {
+  const runtime = ManagedRuntime.make(store)
+  const q = await runtime.runPromise(Effect.gen(function*() {
+    const queues = yield* Queues.Queues
+    if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
+    const q = yield* queues.queue("bench")
+    const perGroup = Math.ceil(JOBS / scenario.groups)
+    for (let g = 0; g < scenario.groups; g++) {
+      const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
+      yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
+    }
+    return q
+  }) as Effect.Effect<Queues.Queue<unknown>>)
+  const loop = (n: number) =>
+    Effect.gen(function*() {
+      for (let i = 0; i < n; i++) {
+        const handle = yield* q.claim("bench")
+        if (Option.isNone(handle)) return yield* Effect.die(new Error(`nothing claimable (${scenario.id})`))
+        yield* handle.value.ack
+      }
+    })
+  /** CPU µs of `n` claim → ack pairs. */
+  const chunk = async (n: number) => {
+    const cpu = process.cpuUsage()
+    await runtime.runPromise(loop(n) as Effect.Effect<void>)
+    const used = process.cpuUsage(cpu)
+    return used.user + used.system
+  }
+  return { chunk, dispose: () => runtime.dispose() }
+}
+
+const pairedRun = async (storeFor: () => Promise<Store>) => {
+  const lines: Array<string> = []
+  for (const scenario of scenarios.filter((s) => s.id !== "unlimited")) {
+    const base = await prepared(scenarios[0]!, await storeFor())
+    const limited = await prepared(scenario, await storeFor())
+    await base.chunk(WARMUP)
+    await limited.chunk(WARMUP)
+    let baseCpu = 0
+    let limitedCpu = 0
+    const ratios: Array<number> = []
+    for (let done = 0; done < OPS; done += 100) {
+      // alternate which side goes first, so neither always runs right after the other
+      const [b, l] = done % 200 === 0
+        ? [await base.chunk(100), await limited.chunk(100)]
+        : [await limited.chunk(100), await base.chunk(100)].reverse() as [number, number]
+      baseCpu += b
+      limitedCpu += l
+      ratios.push(l / b)
+    }
+    await base.dispose()
+    await limited.dispose()
+    const line = `| ${scenario.title} | ${(baseCpu / OPS).toFixed(1)} | ${(limitedCpu / OPS).toFixed(1)} | ` +
+      `${(limitedCpu / baseCpu).toFixed(2)}× (chunks: median ${median(ratios).toFixed(2)}×) |`
+    process.stderr.write(line + "\n")
+    lines.push(line)
+  }
+  return lines
 }
 
 const median = (xs: ReadonlyArray<number>) => {
@@ -88,21 +163,48 @@ const main = async () => {
     await admin(server.adminUrl, [`CREATE DATABASE ${db}`])
     return PgStore.layer({ url: Redacted.make(server.urlFor(db)), clock: "host" }) as unknown as Store
   }
+  if (process.env.FLOW_PAIRED === "1") {
+    try {
+      const lines = await pairedRun(storeFor)
+      process.stdout.write([
+        `Engine: ${pg ? "PostgreSQL" : "SQLite (SqliteStore.layer, WAL file)"}; paired in one process, alternating chunks of 100; ` +
+        `${JOBS} due jobs; ${OPS} timed claim → ack pairs per side after ${WARMUP} untimed; 1-minute load average at the end ` +
+        `${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} cores; ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
+        "",
+        `| scenario | no limits: ${pg ? "client " : ""}CPU µs per claim+ack | limited: ${pg ? "client " : ""}CPU µs per claim+ack | CPU cost vs. no limits |`,
+        "| --- | ---: | ---: | ---: |",
+        ...lines
+      ].join("\n") + "\n")
+    } finally {
+      server?.stop()
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+    return
+  }
   const results = new Map<string, Array<number>>()
   const ratios = new Map<string, Array<number>>()
+  const cpus = new Map<string, Array<number>>()
+  const cpuRatios = new Map<string, Array<number>>()
+  const push = (map: Map<string, Array<number>>, id: string, x: number) => map.set(id, [...(map.get(id) ?? []), x])
   try {
     for (let round = 0; round < ROUNDS; round++) {
       const order = scenarios.map((_, i) => scenarios[(i + round) % scenarios.length]!)
-      const thisRound = new Map<string, number>()
+      const thisRound = new Map<string, Sample>()
       for (const scenario of order) {
-        const opsPerSecond = await sample(scenario, await storeFor())
-        thisRound.set(scenario.id, opsPerSecond)
-        results.set(scenario.id, [...(results.get(scenario.id) ?? []), opsPerSecond])
-        process.stderr.write(`round ${round + 1}/${ROUNDS} ${scenario.id}: ${opsPerSecond.toFixed(0)} claim+ack/s\n`)
+        const s = await sample(scenario, await storeFor())
+        thisRound.set(scenario.id, s)
+        push(results, scenario.id, s.opsPerSecond)
+        push(cpus, scenario.id, s.cpuMicros)
+        process.stderr.write(
+          `round ${round + 1}/${ROUNDS} ${scenario.id}: ${s.opsPerSecond.toFixed(0)} claim+ack/s, ${s.cpuMicros.toFixed(1)} µs CPU each\n`
+        )
       }
+      const base = thisRound.get("unlimited")!
       for (const scenario of scenarios) {
-        // the cost ratio: how much longer a limited claim+ack takes than an unlimited one, this round
-        ratios.set(scenario.id, [...(ratios.get(scenario.id) ?? []), thisRound.get("unlimited")! / thisRound.get(scenario.id)!])
+        // the cost ratios: how much longer a limited claim+ack takes than an unlimited one, this round
+        const s = thisRound.get(scenario.id)!
+        push(ratios, scenario.id, base.opsPerSecond / s.opsPerSecond)
+        push(cpuRatios, scenario.id, s.cpuMicros / base.cpuMicros)
       }
     }
   } finally {
@@ -115,12 +217,15 @@ const main = async () => {
     `${OPS} timed claim → ack pairs after ${WARMUP} untimed; 1-minute load average at the end ${load} on ${os.cpus().length} cores; ` +
     `${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
     "",
-    "| scenario | claim+ack/s (median) | cost vs. no limits (median, min–max of per-round ratios) |",
-    "| --- | ---: | ---: |",
+    `| scenario | claim+ack/s (median) | wall-time cost vs. no limits | ${pg ? "client " : ""}CPU µs per claim+ack (median) | ${pg ? "client " : ""}CPU cost vs. no limits |`,
+    "| --- | ---: | ---: | ---: | ---: |",
     ...scenarios.map((s) => {
-      const r = ratios.get(s.id)!
-      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}) |`
-    })
+      const spread = (r: ReadonlyArray<number>) => `${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})`
+      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${spread(ratios.get(s.id)!)} | ` +
+        `${median(cpus.get(s.id)!).toFixed(1)} | ${spread(cpuRatios.get(s.id)!)} |`
+    }),
+    "",
+    "Ratios: the median over rounds of each round's ratio to that round's baseline (min–max in brackets)."
   ]
   process.stdout.write(lines.join("\n") + "\n")
 }

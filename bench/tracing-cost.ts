@@ -11,10 +11,11 @@
  *                                  otel: @effect/opentelemetry's NodeSdk with a BatchSpanProcessor to an
  *                                  exporter that drops the spans (the SDK's own cost, no I/O)
  *   ALK_N=n                        jobs per workload (default 20000)
+ *   ALK_ONLY=a,b                   only these workloads (the others still run when a later one needs their jobs)
  *
  * Prints one JSON line: { workload: cpuMicrosPerOp }.
  */
-import { Deferred, Effect, Fiber, Layer, Option, Ref } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Ref, Stream } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -24,6 +25,7 @@ import type * as Alkstore from "../src/index.js"
 const src = process.env.ALK_SRC ?? path.resolve(import.meta.dirname, "../src/index.ts")
 const tracerMode = process.env.ALK_TRACER ?? "none"
 const N = Number(process.env.ALK_N ?? 20_000)
+const only = process.env.ALK_ONLY === undefined ? undefined : new Set(process.env.ALK_ONLY.split(","))
 const { Queues, SqliteStore } = (await import(pathToFileURL(src).href)) as typeof Alkstore
 const { SqlClient } = await import("@effect/sql")
 
@@ -58,7 +60,7 @@ const program = Effect.gen(function*() {
     Effect.gen(function*() {
       const c0 = cpu()
       yield* body
-      results[label] = (cpu() - c0) / ops
+      if (only === undefined || only.has(label)) results[label] = (cpu() - c0) / ops
     })
   const preload = Effect.gen(function*() {
     for (let i = 0; i < N; i += 1000) yield* q.enqueueBatch(Array.from({ length: 1000 }, (_, j) => payload(i + j)))
@@ -105,6 +107,12 @@ const program = Effect.gen(function*() {
       done += handles.length
     }
   }))
+  yield* preload
+  // Traced, each handle a stream hands on carries its job's span (opened on the way out, ended by its ack).
+  yield* measure("drain-stream100", N, q.stream("w", { batch: 100 }).pipe(
+    Stream.take(N),
+    Stream.runForEach((handle) => handle.ack)
+  ))
 })
 
 await Effect.runPromise(

@@ -21,10 +21,28 @@ export type JobState = "pending" | "scheduled" | "claimed" | "dead"
 /** Every `JobState`, in the order the CLI and dashboard list them. */
 export const jobStates: ReadonlyArray<JobState> = ["pending", "scheduled", "claimed", "dead"]
 
+/**
+ * The trace context a job was enqueued in, as its row keeps it: the span
+ * that enqueued it (an `alkstore.queue.enqueue` span, or the application's
+ * own when no tracer is installed), to find the request in a tracing backend.
+ */
+export interface TraceContext {
+  /** As stored: W3C `traceparent`, `00-<trace id>-<span id>-<flags>`. */
+  readonly traceparent: string
+  /** 32 lowercase hex digits. */
+  readonly traceId: string
+  /** The enqueuing span's id, 16 lowercase hex digits. */
+  readonly spanId: string
+  /** The trace's sampled flag when it was enqueued. */
+  readonly sampled: boolean
+}
+
 /** A job as the operator sees it: its state tells a not-yet-due job from a due one. */
 export interface JobInfo extends Omit<Job<unknown>, "state"> {
   /** As `Job.state`, with a pending job not yet due told apart as `"scheduled"`. */
   readonly state: JobState
+  /** The trace context it was enqueued in; none when it was enqueued outside any span. */
+  readonly traceContext: Option.Option<TraceContext>
 }
 
 /** One queue's depths by state, as `Admin.queues` lists them. */

@@ -82,6 +82,14 @@ export interface JobHandle<A = unknown> {
   readonly heartbeat: (extend?: Duration.DurationInput) => Effect.Effect<boolean, InvalidOptions | SqlError>
   /** Back to pending now with the attempt given back; the claim is over. */
   readonly release: Effect.Effect<boolean, SqlError>
+  /**
+   * `effect` as a child of this claim's own span, so the spans a `stream`'s
+   * consumer makes for the job join the job's trace: a traced stream hands
+   * each claim on with a consumer span (docs/observability.md). Any other
+   * handle gives back `effect` itself (a `process` handler already runs in
+   * its job's span).
+   */
+  readonly withJobSpan: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 }
 
 /** A queue's depths by state (`Queue.stats`). */
@@ -210,7 +218,11 @@ export interface Queue<A = unknown> {
   readonly ackAll: (handles: Iterable<JobHandle<A>>) => Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError>
   /** Waits (without polling) until a job is claimable, and claims it. */
   readonly take: (workerId: string) => Effect.Effect<JobHandle<A>, InvalidOptions | WaitError>
-  /** Claimed handles as they become claimable. */
+  /**
+   * Claimed handles as they become claimable. When a tracer is installed,
+   * each handle is handed on with its job's `alkstore.queue.process` span
+   * open (ended by the operation that settles it; see `JobHandle.withJobSpan`).
+   */
   readonly stream: (workerId: string, opts?: StreamOpts) => Stream.Stream<JobHandle<A>, InvalidOptions | WaitError>
   /**
    * Runs until interrupted: success acks, failure retries on the curve with

@@ -78,6 +78,22 @@ describe("alkstore CLI", () => {
     expect(dead.map((j: { id: number; lastError: string }) => [j.id, j.lastError])).toEqual([[ids.deadReport, "report generator crashed"]])
   })
 
+  it("job <id> shows the trace context the job was enqueued in (trace id and span id), and none for one enqueued outside a span", async () => {
+    const { spanId, traceId } = ids.deadEmailTrace
+    expect(traceId).toMatch(/^[0-9a-f]{32}$/)
+    const traced = await json(["job", String(ids.deadEmail), "--db", seededFile])
+    expect(traced.traceContext).toEqual({ traceparent: `00-${traceId}-${spanId}-01`, traceId, spanId, sampled: true })
+    const human = await cli(["job", String(ids.deadEmail), "--db", seededFile])
+    expect(human.stdout).toMatch(new RegExp(`trace id\\s+${traceId}\n`))
+    expect(human.stdout).toMatch(new RegExp(`span id\\s+${spanId}\n`))
+    const untraced = await json(["job", String(ids.deadReport), "--db", seededFile])
+    expect(untraced.traceContext).toBeNull()
+    expect((await cli(["job", String(ids.deadReport), "--db", seededFile])).stdout).toMatch(/trace id\s+-\n/)
+    // the listings carry it too
+    const listed = await json(["jobs", "--db", seededFile, "--queue", "emails", "--state", "dead"])
+    expect(listed.map((j: { traceContext: { traceId: string } | null }) => j.traceContext?.traceId)).toEqual([traceId])
+  })
+
   it("requeue by id puts a dead job back pending; a second requeue is refused (exit 1)", async () => {
     const db = freshCopy()
     const ran = await cli(["requeue", String(ids.deadEmail), "--db", db])

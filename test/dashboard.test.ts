@@ -6,12 +6,12 @@
  * becomes markup. Plus the HTTP rules: validation (400), read-only (403),
  * same-origin writes.
  */
-import { type ChildProcess, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { chromium, type BrowserContext, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { cliEntry, hostile, nodeArgv, seed, type Seeded, tempDir } from "./ops-support.js"
+import { dashboard, hostile, seed, type Seeded, tempDir } from "./ops-support.js"
 
 const chromiumPath = "/usr/bin/chromium"
 const dir = tempDir("dashboard")
@@ -24,22 +24,7 @@ afterAll(async () => {
   fs.rmSync(dir, { recursive: true, force: true })
 })
 
-/** Starts a dashboard on a free port and resolves to its base URL. */
-const startDashboard = (file: string, extra: ReadonlyArray<string>) =>
-  new Promise<string>((resolve, reject) => {
-    const [cmd, ...args] = nodeArgv(cliEntry(), ["dashboard", "--db", file, "--port", "0", "--sample-every", "1s", ...extra])
-    const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
-    children.push(child)
-    let out = ""
-    let err = ""
-    child.stdout!.on("data", (d) => {
-      out += d
-      const match = /dashboard on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
-      if (match) resolve(match[1]!)
-    })
-    child.stderr!.on("data", (d) => (err += d))
-    child.on("close", (code) => reject(new Error(`dashboard exited with ${code}: ${err}`)))
-  })
+const startDashboard = (file: string, extra: ReadonlyArray<string>) => dashboard(file, extra, children)
 
 let ids: Seeded
 let writable = ""
@@ -87,6 +72,14 @@ describe("dashboard over HTTP", () => {
     expect(readOnlyJob).not.toContain("Requeue")
     const job = await (await fetch(`${readOnly}/jobs/${ids.deadReport}`)).text()
     expect(job).toContain("state-dead")
+  })
+
+  it("a job's page shows the trace context it was enqueued in, and a dash for none", async () => {
+    const { spanId, traceId } = ids.deadEmailTrace
+    const traced = await (await fetch(`${readOnly}/jobs/${ids.deadEmail}`)).text()
+    expect(traced).toContain(`<dd id="trace"><code>${traceId}</code> span <code>${spanId}</code></dd>`)
+    const untraced = await (await fetch(`${readOnly}/jobs/${ids.deadReport}`)).text()
+    expect(untraced).toContain(`<dd id="trace">–</dd>`)
   })
 })
 

@@ -3,7 +3,7 @@
  * (compiled from the sources) for the CLI, watch and dashboard tests.
  */
 import * as esbuild from "esbuild"
-import { spawn } from "node:child_process"
+import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -71,6 +71,8 @@ export const cli = (args: ReadonlyArray<string>, options?: { readonly env?: Reco
 
 export interface Seeded {
   readonly deadEmail: number
+  /** The span `deadEmail` was enqueued in. */
+  readonly deadEmailTrace: { readonly traceId: string; readonly spanId: string }
   readonly claimed: number
   readonly pending: ReadonlyArray<number>
   readonly scheduled: number
@@ -79,7 +81,28 @@ export interface Seeded {
 
 export const tempDir = (label: string) => fs.mkdtempSync(path.join(os.tmpdir(), `alkstore-${label}-`))
 
-/** A seeded store at `file` (see test/fixtures/seed-ops.ts). */
+/**
+ * Starts `alkstore dashboard` over `db` (a file or a `postgres://` URL) on a
+ * free port, and resolves to its base URL; the child goes in `children`, for
+ * the test file to stop.
+ */
+export const dashboard = (db: string, extra: ReadonlyArray<string>, children: Array<ChildProcess>) =>
+  new Promise<string>((resolve, reject) => {
+    const [cmd, ...args] = nodeArgv(cliEntry(), ["dashboard", "--db", db, "--port", "0", "--sample-every", "1s", ...extra])
+    const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
+    children.push(child)
+    let out = ""
+    let err = ""
+    child.stdout!.on("data", (d) => {
+      out += d
+      const match = /dashboard on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
+      if (match) resolve(match[1]!)
+    })
+    child.stderr!.on("data", (d) => (err += d))
+    child.on("close", (code) => reject(new Error(`dashboard exited with ${code}: ${err}`)))
+  })
+
+/** A seeded store at `file`, or in the database of a `postgres://` URL (see test/fixtures/seed-ops.ts). */
 export const seed = async (file: string): Promise<Seeded> => {
   const ran = await runNode(seedScript(), [file])
   if (ran.code !== 0) throw new Error(`seeding failed: ${ran.stderr}`)

@@ -10,6 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Option, Redacted } from "effect"
 import * as net from "node:net"
 import { PgStore } from "../src/index.js"
+import { healthyAfterMillis } from "../src/internal/pg/listener.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
 
@@ -222,6 +223,31 @@ describe("PostgreSQL waking", () => {
         yield* waitUntil("the listener to reconnect", () => proxy.connections() > connected)
         // and NOTIFY reaches this process again
         expect(yield* notifiedTake(filename, "backoff")).toEqual({ n: 1 })
+      }).pipe(Effect.provide(layer))
+    }).pipe(Effect.scoped)
+  })
+
+  it.live("a healthy LISTEN connection lost after an outage is re-made at once, not after the outage's grown backoff", () => {
+    const filename = freshFile("backoff-reset")
+    return Effect.gen(function*() {
+      const { layer, proxy } = yield* throughProxy(filename, { listenHeartbeat: "10 seconds" })
+      yield* Effect.gen(function*() {
+        // an outage: the attempts' waits grow to about 1.6 s
+        proxy.mode("refuse")
+        yield* killListeners
+        yield* Effect.sleep("2500 millis")
+        proxy.mode("forward")
+        const connected = proxy.connections()
+        yield* waitUntil("the listener to reconnect", () => proxy.connections() > connected)
+        // the new connection is healthy for a while, then lost
+        yield* Effect.sleep(`${healthyAfterMillis + 200} millis`)
+        const since = proxy.accepts.length
+        const lostAt = performance.now()
+        yield* killListeners
+        yield* waitUntil("the next attempt", () => proxy.accepts.length > since)
+        // at once: the backoff started again (the outage's curve would have waited about 3.2 s)
+        expect(proxy.accepts[since]! - lostAt).toBeLessThan(1_000)
+        expect(yield* notifiedTake(filename, "backoff-reset")).toEqual({ n: 1 })
       }).pipe(Effect.provide(layer))
     }).pipe(Effect.scoped)
   })

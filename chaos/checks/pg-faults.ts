@@ -64,6 +64,27 @@ const terminate = async (url: string, apps: ReadonlyArray<string>) => {
   }
 }
 
+/** How many LISTEN connections the server has now. */
+const listeners = async (url: string) => {
+  const client = new Pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    const { rows } = await client.query<{ n: string }>(
+      `SELECT count(*) AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND application_name = $1`,
+      [listenApp]
+    )
+    return Number(rows[0]!.n)
+  } finally {
+    await client.end()
+  }
+}
+
+/**
+ * A lost LISTEN connection is back within this: the longest backoff wait
+ * (5 s) plus a connect's deadline, with room for a loaded machine.
+ */
+const listenBackBoundMs = 10_000
+
 const percentile = (values: ReadonlyArray<number>, p: number) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!
@@ -169,6 +190,7 @@ const run = async (config: CheckConfig, cluster: Cluster) => {
     const recoveries: Array<number> = []
     const wakes: Array<number> = []
     const killed = { pool: 0, listen: 0 }
+    let listenBackMs = 0
     const counts: Partial<Record<FaultKind, number>> = {}
     await sleep(1_000)
     for (const kind of plan) {
@@ -176,10 +198,14 @@ const run = async (config: CheckConfig, cluster: Cluster) => {
       ledger.append({ e: "fault", kind })
       if (kind === "killPool" || kind === "killAll") killed.pool += await terminate(cluster.url, [poolApp])
       if (kind === "killListen" || kind === "killAll") {
-        const n = await terminate(cluster.url, [listenApp])
-        // every process's LISTEN connection: the workers', the standbys' and the driver's
-        if (n < children.length + 1) v.add("killListen", `found ${n} LISTEN connections, expected ${children.length + 1}`)
-        killed.listen += n
+        // every process's LISTEN connection (the workers', the standbys' and the driver's) is back from the
+        // faults before: the unprobed processes' too, within the bound (a listener may still be on its backoff)
+        const expected = children.length + 1
+        const waitedFrom = Date.now()
+        await waitUntil(`${expected} LISTEN connections`, async () => (await listeners(cluster.url)) >= expected, listenBackBoundMs)
+          .catch(async () => v.add("killListen", `${await listeners(cluster.url)} LISTEN connections, expected ${expected}, ${listenBackBoundMs} ms after the last fault's recovery`))
+        listenBackMs = Math.max(listenBackMs, Date.now() - waitedFrom)
+        killed.listen += await terminate(cluster.url, [listenApp])
       }
       if (kind === "restartFast") await cluster.restart("fast")
       if (kind === "restartImmediate") await cluster.restart("immediate")
@@ -252,6 +278,7 @@ const run = async (config: CheckConfig, cluster: Cluster) => {
         ...Object.fromEntries(Object.entries(counts).map(([k, n]) => [`fault.${k}`, n])),
         killedPoolBackends: killed.pool,
         killedListenBackends: killed.listen,
+        listenBackMaxMs: listenBackMs,
         enqueueSqlErrors: enqueueFailures,
         workerSqlErrorsLogged: logs.length,
         ...ledgerResult.facts,

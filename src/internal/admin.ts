@@ -9,6 +9,7 @@ import { isWellFormed, notWellFormedReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { toSchedule } from "./scheduler.js"
+import { parseTraceparent } from "./telemetry.js"
 
 const states = new Set<string>(["pending", "scheduled", "claimed", "dead"])
 
@@ -21,7 +22,11 @@ const parsePayload = (stored: string): unknown => {
   }
 }
 
-export const toJobInfo = (row: JobRow): A.JobInfo => ({ ...toJob(row, parsePayload(row.payload)), state: row.state })
+export const toJobInfo = (row: JobRow): A.JobInfo => ({
+  ...toJob(row, parsePayload(row.payload)),
+  state: row.state,
+  traceContext: Option.fromNullable(parseTraceparent(row.trace_context))
+})
 
 const checkId = (id: number) =>
   typeof id === "number" && Number.isSafeInteger(id) && id >= 1

@@ -9,7 +9,7 @@ import type { ResolvedLimits } from "./options.js"
  * engine implements `FlowOps` (small reads and writes on its own tables,
  * inside the claim's transaction, after it serialised the queue's limited
  * claims) and drives the walk: synchronously on SQLite's own connection
- * (`runSync`), as effects otherwise (`runEffect`).
+ * (sqlite/flowStorage.ts), as effects otherwise (`runEffect`).
  *
  * Fair rotation is start-time fair queueing: every job of a limited queue
  * carries a round, one more than the last live job of its group (or the
@@ -34,36 +34,80 @@ export interface Candidate {
   readonly state: "pending" | "scheduled" | "claimed"
 }
 
-/** What the walk asks of storage, bound to one queue, one instant and one worker. */
+/** What the walk needs before its first candidate (`FlowOps.start`). */
+export interface StartRequest {
+  /** Count the queue's live claims (it has a `concurrency`). */
+  readonly inFlight: boolean
+  /** Read the last sequence number of the queue's claim log (it has a `rate`). */
+  readonly queueLast: boolean
+  /** Due scheduled jobs to read, up to this many (a read-only walk cannot promote them); 0: none. */
+  readonly dueScheduled: number
+  /** The first page of pending candidates, this many. */
+  readonly pageSize: number
+}
+
+export interface Start {
+  readonly inFlight: number
+  readonly queueLast: number
+  /** Claimed jobs whose lease lapsed. */
+  readonly lapsed: ReadonlyArray<Candidate>
+  readonly dueScheduled: ReadonlyArray<Candidate>
+  /** Due pending jobs in walk order, the first `pageSize`. */
+  readonly page: ReadonlyArray<Candidate>
+}
+
+/** A group as the walk first meets it. */
+export interface GroupStart {
+  /** Its jobs claimed with a live lease. */
+  readonly inFlight: number
+  /** Its live jobs ahead of the candidate met, counted up to the cap asked for (0 without one). */
+  readonly ahead: number
+  /** The last sequence number of its claim log (0 when not asked for). */
+  readonly last: number
+}
+
+/** What a claim writes when it takes its job (and only then): the rules' bookkeeping, decided by the walk. */
+export interface ClaimWrites {
+  /** Claim-log entries (scope, sequence number), at the claim's instant. */
+  readonly log: ReadonlyArray<readonly [scope: string, seq: number]>
+  /** The queue's current round moves up to this (never down), or stays. */
+  readonly round: number | null
+}
+
+/**
+ * What the walk asks of storage, bound to one queue, one instant and one
+ * worker. Reads are grouped by when the walk needs them (`start`,
+ * `groupStart`), so an engine that pays a round trip per statement can
+ * answer each group in one.
+ */
 export interface FlowOps {
-  /** The queue's limits; on PostgreSQL `lock` takes its row `FOR UPDATE` (limited claims serialise on it). */
+  /**
+   * The queue's limits. Claiming (`lock`), limited claims serialise here
+   * (on PostgreSQL the row is taken `FOR UPDATE`; that engine also promotes
+   * due scheduled rows in the same statement and makes `promote` a no-op).
+   */
   readonly limits: (lock: boolean) => LimitsRow | undefined
   /** Due scheduled rows into the claim index. */
   readonly promote: () => void
-  /** Jobs of the queue claimed with a live lease. */
-  readonly inFlight: () => number
-  /** Due pending jobs in walk order, after `after` (exclusive) when given. */
-  readonly pending: (after: Candidate | undefined, size: number) => ReadonlyArray<Candidate>
-  /** Claimed jobs whose lease lapsed. */
-  readonly lapsed: () => ReadonlyArray<Candidate>
-  /** Scheduled jobs already due (a read-only walk cannot promote them). */
-  readonly dueScheduled: (size: number) => ReadonlyArray<Candidate>
-  readonly groupInFlight: (group: string) => number
+  readonly start: (request: StartRequest) => Start
+  /** Due pending jobs in walk order, after `after` (exclusive). */
+  readonly pending: (after: Candidate, size: number) => ReadonlyArray<Candidate>
+  /** `ahead` counts live jobs of `group` ahead of (round, id) up to `cap` (null: not asked); `last` when `log`. */
+  readonly groupStart: (group: string, round: number, id: number, cap: number | null, log: boolean) => GroupStart
   /** Live jobs of `group` ahead of (round, id), counted up to `cap`. */
   readonly groupAhead: (group: string, round: number, id: number, cap: number) => number
-  /** The highest sequence number of the claim log of `scope` (0 for none). */
-  readonly logLast: (scope: string) => number
   /** The instant of claim `seq` of `scope`, if still logged. */
   readonly logAt: (scope: string, seq: number) => number | undefined
-  /** Claims the job if it is still claimable (or moves it to dead when it expired or spent its attempts). */
-  readonly claim: (id: number) => JobRow | undefined
-  readonly log: (scope: string, seq: number) => void
+  /**
+   * Claims the job if it is still claimable (or moves it to dead when it
+   * expired or spent its attempts); when it claimed it, also makes `writes`.
+   */
+  readonly claim: (id: number, writes: ClaimWrites) => JobRow | undefined
   /** Forgets claims of `scope` up to `seq` that left the window (claimed at or before `before`). */
   readonly prune: (scope: string, seq: number, before: number) => void
-  readonly advanceRound: (round: number) => void
 }
 
-type Call = { readonly [K in keyof FlowOps]: { readonly op: K; readonly args: Parameters<FlowOps[K]> } }[keyof FlowOps]
+export type Call = { readonly [K in keyof FlowOps]: { readonly op: K; readonly args: Parameters<FlowOps[K]> } }[keyof FlowOps]
 type Walk<A> = Generator<Call, A, any>
 
 function* call<K extends keyof FlowOps>(op: K, ...args: Parameters<FlowOps[K]>): Walk<ReturnType<FlowOps[K]>> {
@@ -74,7 +118,12 @@ export type FlowOutcome =
   | { readonly limited: false }
   | {
     readonly limited: true
-    /** Claimed rows (mode `claim`). */
+    /**
+     * Claimed rows in walk order (mode `claim`), those taken from a lapsed
+     * lease marked `lapsed`, then the candidates the claim met expired or
+     * with their attempts spent and moved to dead — exactly as the unlimited
+     * claim answers (for the metrics: they are no claims).
+     */
     readonly rows: ReadonlyArray<JobRow>
     /** How many jobs the walk took (or, read-only, could take). */
     readonly taken: number
@@ -129,29 +178,39 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   if (lim === undefined) return { limited: false }
   if (!dry) yield* call("promote")
   const rows: Array<JobRow> = []
+  const died: Array<JobRow> = []
   let budget = n
   let taken = 0
   let takenPending = 0
   let reopenAt: number | null = null
+  // The round this walk moved the queue's current round to (its claims' rounds, once each).
+  let advancedTo = lim.currentRound
   const soonest = (at: number) => {
     reopenAt = reopenAt === null ? at : Math.min(reopenAt, at)
   }
-  if (lim.concurrency !== null) budget = Math.min(budget, lim.concurrency - (yield* call("inFlight")))
-  const queueLast = lim.rateLimit !== null ? yield* call("logLast", "") : 0
   const groupLimited = lim.groupConcurrency !== null || lim.groupRateLimit !== null
   const groups = new Map<string, GroupState>()
+  const start = yield* call("start", {
+    inFlight: lim.concurrency !== null,
+    queueLast: lim.rateLimit !== null,
+    dueScheduled: dry ? (mode === "probe" ? 1000 : 1_000_000) : 0,
+    pageSize: Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+  })
+  if (lim.concurrency !== null) budget = Math.min(budget, lim.concurrency - start.inFlight)
+  const queueLast = start.queueLast
 
-  const extra = [...(yield* call("lapsed")), ...(dry ? yield* call("dueScheduled", mode === "probe" ? 1000 : 1_000_000) : [])]
-    .sort(walkOrder)
-  let size = Math.max(1, Math.min(budget, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
-  let page: ReadonlyArray<Candidate> = budget > 0 ? yield* call("pending", undefined, size) : []
+  const extra = start.lapsed.length === 0 && start.dueScheduled.length === 0
+    ? start.lapsed
+    : [...start.lapsed, ...start.dueScheduled].sort(walkOrder)
+  let page: ReadonlyArray<Candidate> = budget > 0 ? start.page : []
+  let size = Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
   let more = page.length === size
   let i = 0
   let j = 0
   while (budget > 0) {
     if (i >= page.length && more) {
       size = Math.min(PAGE_MAX, size * 4)
-      page = yield* call("pending", page[page.length - 1], size)
+      page = yield* call("pending", page[page.length - 1]!, size)
       more = page.length === size
       i = 0
     }
@@ -162,21 +221,19 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     let group = groups.get(c.group)
     if (group?.blocked === true) continue
     if (groupLimited) {
+      let ahead: number | undefined
       if (group === undefined) {
-        group = {
-          blocked: false,
-          inFlight: lim.groupConcurrency !== null ? yield* call("groupInFlight", c.group) : 0,
-          last: lim.groupRateLimit !== null ? yield* call("logLast", groupScope(c.group)) : 0,
-          taken: 0
-        }
+        const first = yield* call("groupStart", c.group, c.round, c.id, lim.groupConcurrency, lim.groupRateLimit !== null)
+        group = { blocked: false, inFlight: first.inFlight, last: first.last, taken: 0 }
         groups.set(c.group, group)
+        ahead = first.ahead
       }
       if (lim.groupConcurrency !== null) {
         // Serial order: a group's job waits while `groupConcurrency` of its live jobs are ahead of it
         // (a retry waiting out its backoff keeps its place), and while that many are claimed.
         if (
           group.inFlight + group.taken >= lim.groupConcurrency ||
-          (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency)) >= lim.groupConcurrency
+          (ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency))) >= lim.groupConcurrency
         ) {
           group.blocked = true
           continue
@@ -199,43 +256,40 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       }
     }
     if (!dry) {
-      const row = yield* call("claim", c.id)
+      // The bookkeeping of this claim, written by the claim itself if it takes the job.
+      const log: Array<readonly [string, number]> = []
+      if (lim.rateLimit !== null) log.push(["", queueLast + taken + 1])
+      if (lim.groupRateLimit !== null && group !== undefined) log.push([groupScope(c.group), group.last + group.taken + 1])
+      const round = c.round > advancedTo ? c.round : null
+      const row = yield* call("claim", c.id, { log, round })
       if (row === undefined) continue // settled meanwhile by its owner
       // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
-      if (row.state !== "claimed") continue
-      rows.push(row)
+      if (row.state !== "claimed") {
+        died.push(row)
+        continue
+      }
+      rows.push(c.state === "claimed" ? { ...row, lapsed: true } : row)
     }
     taken++
     if (c.state !== "claimed") takenPending++
     budget--
     if (group !== undefined) group.taken++
-    if (!dry) {
-      if (lim.rateLimit !== null) yield* call("log", "", queueLast + taken)
-      if (lim.groupRateLimit !== null && group !== undefined) yield* call("log", groupScope(c.group), group.last + group.taken)
-      if (c.round > lim.currentRound) yield* call("advanceRound", c.round)
-    }
+    if (!dry && c.round > advancedTo) advancedTo = c.round
   }
   if (!dry && taken > 0) {
-    if (lim.rateLimit !== null) yield* call("prune", "", queueLast + taken - lim.rateLimit, now - lim.ratePerMillis!)
+    // Claims `limit` places before the last one no longer decide anything (none while the log is shorter).
+    if (lim.rateLimit !== null) {
+      const upTo = queueLast + taken - lim.rateLimit
+      if (upTo > 0) yield* call("prune", "", upTo, now - lim.ratePerMillis!)
+    }
     if (lim.groupRateLimit !== null) {
       for (const [key, group] of groups) {
-        if (group.taken > 0) {
-          yield* call("prune", groupScope(key), group.last + group.taken - lim.groupRateLimit, now - lim.groupRatePerMillis!)
-        }
+        const upTo = group.last + group.taken - lim.groupRateLimit
+        if (group.taken > 0 && upTo > 0) yield* call("prune", groupScope(key), upTo, now - lim.groupRatePerMillis!)
       }
     }
   }
-  return { limited: true, rows, taken, takenPending, reopenAt }
-}
-
-/** Runs a walk on synchronous operations (SQLite's own connection). */
-export const runSync = <A>(walk: Walk<A>, ops: FlowOps): A => {
-  let step = walk.next()
-  while (!step.done) {
-    const { args, op } = step.value
-    step = walk.next((ops[op] as (...a: ReadonlyArray<unknown>) => unknown)(...args))
-  }
-  return step.value
+  return { limited: true, rows: died.length === 0 ? rows : [...rows, ...died], taken, takenPending, reopenAt }
 }
 
 /** `FlowOps` as effects (an application's client, PostgreSQL). */

@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, DateTime, Duration, Effect, Exit, Option } from "effect"
+import { Cause, Clock, DateTime, Duration, Effect, Exit, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -112,10 +112,24 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
   readonly row: JobRow
   /** The name of the queue the claim was made on, as its caller gave it (never read back from the row). */
   readonly queueName: string
+  /**
+   * The claim's own consumer span while a traced `stream` holds it out (set as it is handed on): the parent of
+   * the handle's operations' spans, ended with the outcome by the operation that settles the claim.
+   */
+  jobSpan: Tracer.Span | undefined
+  /** Ends `jobSpan` (if open) with `outcome` as its `alkstore.outcome`. */
+  readonly endJobSpan: (outcome: string) => Effect.Effect<void>
 }
 
 /** What settling a claim came to (a span's `alkstore.outcome`). */
 export type Outcome = "acked" | "released" | "retried" | "dead" | "lost"
+
+/** Ends a job's span with its outcome, unless it has ended already (a stream's end closes those still open). */
+export const endSpan = (span: Tracer.Span, outcome: string): Effect.Effect<void> =>
+  span.status._tag === "Ended" ? Effect.void : Effect.map(Clock.currentTimeNanos, (nanos) => {
+    span.attribute(attr.outcome, outcome)
+    span.end(nanos, Exit.void)
+  })
 
 /**
  * The outcome of a handler on its claim: success acks, interruption alone
@@ -164,6 +178,7 @@ export const makeHandles = <A>(
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
     readonly queueName = queueName
+    jobSpan: Tracer.Span | undefined = undefined
     private view: Q.Job<A> | undefined
     constructor(readonly row: JobRow, readonly payload: A) {
       this.fence = { id: row.id, token: row.claim_token }
@@ -175,23 +190,44 @@ export const makeHandles = <A>(
     get attributes() {
       return jobAttributes(queueName, this.row)
     }
+    /** The options of an operation's span: a child of the claim's own span when a stream holds one. */
+    get spanOptions() {
+      return this.jobSpan === undefined ? undefined : { parent: this.jobSpan }
+    }
+    endJobSpan = (outcome: string) => (this.jobSpan === undefined ? Effect.void : endSpan(this.jobSpan, outcome))
+    /** `effect`, then the claim's span ended with the outcome `outcomeOf` reads from its result (when it has one). */
+    private settling<X, E>(effect: Effect.Effect<X, E>, outcomeOf: (x: X) => string): Effect.Effect<X, E> {
+      return this.jobSpan === undefined ? effect : Effect.tap(effect, (x) => this.endJobSpan(outcomeOf(x)))
+    }
+    get withJobSpan() {
+      const span = this.jobSpan
+      return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
+    }
     get ack() {
       const acked = Effect.map(storage.ack(this.fence), (ok) => {
         if (ok) m.acked(1)
         return ok
       }).pipe(Effect.tap(freeing))
-      return traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"))
+      return this.settling(
+        traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
+        (ok) => (ok ? "acked" : "lost")
+      )
     }
     get release() {
       const released = Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
-      return traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"))
+      return this.settling(
+        traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
+        (ok) => (ok ? "released" : "lost")
+      )
     }
     get retry() {
-      const { fence, row } = this
+      const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
-      return (error?: unknown, delay?: Duration.DurationInput) => traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
+      const settling = (effect: Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>) =>
+        this.settling(effect, (outcome) => outcome)
+      return (error?: unknown, delay?: Duration.DurationInput) => settling(traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
         if (row.attempts >= row.max_attempts) {
@@ -205,16 +241,19 @@ export const makeHandles = <A>(
           yield* signal(1)
         }
         return retried ? "retried" as const : "lost" as const
-      }), (outcome, span) => span.attribute(attr.outcome, outcome))
+      }), (outcome, span) => span.attribute(attr.outcome, outcome), spanOptions))
     }
     get fail() {
-      const { fence } = this
+      const { fence, spanOptions } = this
       const attributes = () => this.attributes
       return (error: unknown) =>
-        traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"))
+        this.settling(
+          traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
+          (ok) => (ok ? "dead" : "lost")
+        )
     }
     get heartbeat() {
-      const { fence, row } = this
+      const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
       return (extend?: Duration.DurationInput) => traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
         const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
@@ -224,7 +263,7 @@ export const makeHandles = <A>(
           extendMillis ?? row.visibility_timeout
         )
         return yield* storage.heartbeat(fence, claimedUntil)
-      }), wonOrLost("extended"))
+      }), wonOrLost("extended"), spanOptions)
     }
   }
 

@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Channel, Chunk, Clock, Context, Duration, Effect, type Fiber, Option, Stream, type Tracer } from "effect"
+import { Clock, Context, Duration, Effect, type Fiber, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -20,12 +20,32 @@ import type { WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
+import { makeStream } from "./stream.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
 /** The fiber's clock, read synchronously (TestClock included). */
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
   Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
+
+/**
+ * A queue's waiting take for a caller that settles the claim itself
+ * (EffectStores' PersistedQueue store): run it inside the caller's own
+ * `uninterruptibleMask` with that mask's `restore`, which only the wait
+ * gets. A claim whose write committed then always reaches the caller, still
+ * uninterruptible, so the caller installs its settling finalizer before any
+ * interruption can land (the public `take` has its own mask: between its
+ * end and the caller's next step an interruption would drop the claim until
+ * its lease lapses). Its first round claims at once, without the read the
+ * public `take` asks first. Internal: a symbol-keyed method of every queue.
+ */
+export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
+
+export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+
+export interface QueueInternals<A> {
+  readonly [takeWithin]: (workerId: string, restore: Restore) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
+}
 
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
   Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
@@ -45,7 +65,7 @@ export const makeQueue = <A>(
     name: "alkstore.queue.process",
     attributes: {}
   }
-): Q.Queue<A> => {
+): Q.Queue<A> & QueueInternals<A> => {
   const storage = engine.queues
   const now = Clock.currentTimeMillis
   const signal = (count: number) => signalOnCommit(engine, name, count)
@@ -91,7 +111,8 @@ export const makeQueue = <A>(
   const takeUpTo = (
     workerId: string,
     n: number,
-    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+    restore: Restore,
+    claimAtOnce = false
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
     const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
@@ -127,7 +148,14 @@ export const makeQueue = <A>(
           })),
         (outcome) => typeof outcome === "string" ? round(outcome) : Effect.succeed(outcome)
       )
-    return round("changed")
+    if (!claimAtOnce) return round("changed")
+    // Claiming at once skips the ticket and the read before the claim (a drain's every take is a first
+    // round); it costs an idle take one claim that finds nothing, once, before it waits as ever.
+    return Effect.flatMap(claimUpTo(workerId, n), (handles) => {
+      if (handles.length === 0) return round("changed")
+      engine.wake.signal(name, 1) // pass the baton: there may be more
+      return Effect.succeed(handles)
+    })
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
@@ -223,6 +251,12 @@ export const makeQueue = <A>(
     handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
   ) => traced("alkstore.queue.claim", claimAttributes(workerId), effect, (x, span) => claimOutcome(handlesOf(x), span))
 
+  const takeUnder = (workerId: string, restore: Restore, claimAtOnce = false) =>
+    Effect.zipRight(
+      checkWorker(workerId),
+      claimTraced(workerId, Effect.map(takeUpTo(workerId, 1, restore, claimAtOnce), (handles) => handles[0]!), (handle) => [handle])
+    )
+
   return {
     name,
     // Untraced, the enqueue is the same single step as ever (one fiber-runtime read).
@@ -263,6 +297,8 @@ export const makeQueue = <A>(
     ackAll: (handles) =>
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
         const fences: Array<Fence> = []
+        // A traced stream's claims, whose own spans end with their outcomes (none untraced).
+        let spanned: Array<[ClaimHandle<A>, number]> | undefined
         for (const handle of handles) {
           // The handle's own queue name as its caller gave it, not one read back from the row
           // (nor `handle.job`: a batch acked unread never builds its jobs).
@@ -272,6 +308,7 @@ export const makeQueue = <A>(
               new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
             )
           }
+          if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
           fences.push(fence)
         }
         if (fences.length === 0) return Effect.succeed([])
@@ -280,45 +317,22 @@ export const makeQueue = <A>(
           for (const ok of results) if (ok) n++
           if (n > 0) m.acked(n)
           return results
-        }).pipe(Effect.tap((results) => (results.includes(true) ? freed : Effect.void)))
+        }).pipe(
+          Effect.tap((results) => (results.includes(true) ? freed : Effect.void)),
+          Effect.tap((results) =>
+            spanned === undefined
+              ? Effect.void
+              : Effect.forEach(spanned, ([handle, i]) => handle.endJobSpan(results[i] ? "acked" : "lost"), { discard: true })
+          )
+        )
         return traced("alkstore.queue.ack_all", queueAttributes, acked, (results, span) => {
           span.attribute(attr.count, results.length)
           span.attribute("alkstore.acked", results.filter((ok) => ok).length)
         })
       }),
-    take: (workerId) =>
-      Effect.zipRight(
-        checkWorker(workerId),
-        claimTraced(
-          workerId,
-          Effect.uninterruptibleMask((restore) => Effect.map(takeUpTo(workerId, 1, restore), (handles) => handles[0]!)),
-          (handle) => [handle]
-        )
-      ),
-    // A batch is claimed in one round trip but handed on one handle at a time: whatever ends the stream
-    // (a `Stream.take`, interruption, a failure downstream), the claims it never handed on are released.
-    stream: (workerId, opts) =>
-      Stream.unwrapScoped(Effect.gen(function*() {
-        yield* checkWorker(workerId)
-        const batch = yield* positiveCount("batch", opts?.batch ?? 1)
-        let held: ReadonlyArray<ClaimHandle<A>> = []
-        let handed = 0
-        yield* Effect.addFinalizer(() => releaseUnhanded(held.slice(handed)))
-        const claimBatch = Effect.uninterruptibleMask((restore) =>
-          Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
-            held = handles
-            handed = 0
-          })
-        )
-        // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
-        const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
-          Channel.suspend(() =>
-            handed < held.length
-              ? Channel.flatMap(Channel.write(Chunk.of(held[handed++]!)), emit)
-              : Channel.flatMap(claimBatch, emit)
-          )
-        return Stream.fromChannel(emit())
-      })),
+    take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
+    [takeWithin]: (workerId, restore) => takeUnder(workerId, restore, true),
+    stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
     process,
     ...makeInspection<A>(engine, name, freed)
   }

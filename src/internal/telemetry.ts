@@ -67,6 +67,8 @@ export interface SpanOptions {
   readonly kind?: Tracer.SpanKind
   readonly links?: ReadonlyArray<Tracer.SpanLink>
   readonly root?: boolean
+  /** The span's parent instead of the fiber's current span (a stream's claim, for its handle's operations). */
+  readonly parent?: Tracer.AnySpan
 }
 
 /** `effect` in a span, unconditionally (the caller checked `tracing`). */
@@ -110,14 +112,23 @@ export const traceparentOf = (context: Context.Context<never>): string | undefin
   return traceparentPattern.test(text) ? text : undefined
 }
 
-/** A stored `traceparent` as a span link (`undefined` when there is none or it is malformed). */
-export const linkOf = (traceparent: string | null | undefined): Tracer.SpanLink | undefined => {
+/** A stored `traceparent`'s parts (`undefined` when there is none or it is malformed). */
+export const parseTraceparent = (
+  traceparent: string | null | undefined
+): { readonly traceparent: string; readonly traceId: string; readonly spanId: string; readonly sampled: boolean } | undefined => {
   if (traceparent == null) return undefined
   const match = traceparentPattern.exec(traceparent)
   if (match === null) return undefined
+  return { traceparent, traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 }
+}
+
+/** A stored `traceparent` as a span link (`undefined` when there is none or it is malformed). */
+export const linkOf = (traceparent: string | null | undefined): Tracer.SpanLink | undefined => {
+  const parsed = parseTraceparent(traceparent)
+  if (parsed === undefined) return undefined
   return {
     _tag: "SpanLink",
-    span: Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 }),
+    span: Tracer.externalSpan({ traceId: parsed.traceId, spanId: parsed.spanId, sampled: parsed.sampled }),
     attributes: { "alkstore.link": "enqueued" }
   }
 }

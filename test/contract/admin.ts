@@ -76,6 +76,23 @@ export const adminContract = (engine: EngineUnderTest) =>
         expect(sent!.payload).toEqual({ url: "x" })
       })))
 
+    it.effect("job and jobs carry the trace context a job was enqueued in; none outside a span", () =>
+      run(Effect.gen(function*() {
+        const admin = yield* Admin.Admin
+        const q = yield* queueOf("traced")
+        const [traced, request] = yield* Effect.withSpan(Effect.zip(q.enqueue(1), Effect.currentSpan), "request")
+        const untraced = yield* q.enqueue(2)
+        const expected = {
+          traceparent: `00-${request.traceId}-${request.spanId}-01`,
+          traceId: request.traceId,
+          spanId: request.spanId,
+          sampled: true
+        }
+        expect(Option.map(yield* admin.job(traced), (j) => j.traceContext)).toEqual(Option.some(Option.some(expected)))
+        expect(Option.map(yield* admin.job(untraced), (j) => j.traceContext)).toEqual(Option.some(Option.none()))
+        expect((yield* admin.jobs({ queue: "traced" })).map((j) => Option.getOrNull(j.traceContext))).toEqual([null, expected])
+      })))
+
     it.effect("bad filters and ids are typed errors", () =>
       run(Effect.gen(function*() {
         const admin = yield* Admin.Admin

@@ -5,6 +5,7 @@
  * `stats.heldBack`, and held-back waiters that sleep until a slot frees or
  * the window reopens.
  */
+import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
 import { Outbox, Queues, Scheduler } from "../../src/index.js"
@@ -384,8 +385,14 @@ export const flowContract = (engine: EngineUnderTest) =>
         expect((yield* q.stats).heldBack).toBe(1)
       })))
 
-    it.effect("the outbox takes EnqueueOpts.group", () =>
+    it.effect("the outbox takes EnqueueOpts.group; its backing queue takes no limits (ReservedName, nothing written)", () =>
       run(Effect.gen(function*() {
+        const queues = yield* Queues.Queues
+        expect(yield* Effect.flip(queues.setLimits("__alkstore_outbox:hooks", { concurrency: 1 }))).toMatchObject({
+          _tag: "ReservedName"
+        })
+        const sql = yield* SqlClient.SqlClient
+        expect(Number((yield* sql<{ n: unknown }>`SELECT count(*) AS n FROM __alkstore_flow_limits`)[0]!.n)).toBe(0)
         const outbox = yield* (yield* Outbox.Outbox).outbox("hooks")
         expect(yield* Effect.flip(outbox.enqueue(1, { group: "" }))).toMatchObject({ _tag: "InvalidOptions", field: "group" })
         const id = yield* outbox.enqueue({ hook: 1 }, { group: "tenant-1" })

@@ -288,34 +288,69 @@ export const telemetryContract = (engine: EngineUnderTest) =>
           expect((yield* counts(other)).enqueued).toBe(1)
         }).pipe(Effect.provide(engine.store())))
 
-      it.effect("expiry (maintenance or a claim meeting it), spent attempts met by a claim and lease lapses are counted", () =>
-        Effect.gen(function*() {
-          const name = freshQueue("lapses")
-          const queue = yield* queueOf(name, { visibilityTimeout: "10 seconds", maxAttempts: 2 })
-          const queues = yield* Queues.Queues
-          yield* queue.enqueue({ n: 1 }, { expires: "5 seconds" })
-          yield* queue.enqueue({ n: 2 }, { expires: "5 seconds" })
-          yield* queue.enqueue({ n: 3 })
-          yield* advance("6 seconds")
-          // the claim meets the first two expired (moved to dead on the way), then claims the third
-          const handle = yield* mustClaim(queue, "w1")
-          expect(handle.job.payload).toEqual({ n: 3 })
-          expect(yield* counts(name)).toMatchObject({ claimed: 1, dead: 2, expired: 2 })
-          // its lease lapses: the next claim takes it over
-          yield* advance("10 seconds")
-          const taken = yield* mustClaim(queue, "w2")
-          expect(taken.job.id).toBe(handle.job.id)
-          expect(yield* counts(name)).toMatchObject({ claimed: 2, leaseLapses: 1 })
-          // lapsed again with the attempts spent: the claim buries it
-          yield* advance("10 seconds")
-          expect(Option.isNone(yield* queue.claim("w3"))).toBe(true)
-          expect(yield* counts(name)).toMatchObject({ claimed: 2, dead: 3, expired: 2, leaseLapses: 1 })
-          // maintenance's expiries, by queue
-          yield* queue.enqueue({ n: 4 }, { expires: "6 seconds", delay: "5 seconds" })
-          yield* advance("7 seconds")
-          expect((yield* queues.maintenance).expired).toBe(1)
-          expect(yield* counts(name)).toMatchObject({ dead: 4, expired: 3 })
-        }).pipe(Effect.provide(engine.store())))
+      // The same rules with limits on the queue (its claims take the flow walk, docs/flow-control.md).
+      for (const limits of [undefined, { concurrency: 10 }, {}] as const) {
+        const label = limits === undefined ? "" : ` (limited: ${JSON.stringify(limits)})`
+        const limitQueue = (name: string) =>
+          limits === undefined ? Effect.void : Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
+
+        it.effect(`expiry (maintenance or a claim meeting it), spent attempts met by a claim and lease lapses are counted${label}`, () =>
+          Effect.gen(function*() {
+            const name = freshQueue("lapses")
+            yield* limitQueue(name)
+            const queue = yield* queueOf(name, { visibilityTimeout: "10 seconds", maxAttempts: 2 })
+            const queues = yield* Queues.Queues
+            yield* queue.enqueue({ n: 1 }, { expires: "5 seconds" })
+            yield* queue.enqueue({ n: 2 }, { expires: "5 seconds" })
+            yield* queue.enqueue({ n: 3 })
+            yield* advance("6 seconds")
+            // the claim meets the first two expired (moved to dead on the way), then claims the third
+            const handle = yield* mustClaim(queue, "w1")
+            expect(handle.job.payload).toEqual({ n: 3 })
+            expect(yield* counts(name)).toMatchObject({ claimed: 1, dead: 2, expired: 2 })
+            // its lease lapses: the next claim takes it over
+            yield* advance("10 seconds")
+            const taken = yield* mustClaim(queue, "w2")
+            expect(taken.job.id).toBe(handle.job.id)
+            expect(yield* counts(name)).toMatchObject({ claimed: 2, leaseLapses: 1 })
+            // lapsed again with the attempts spent: the claim buries it
+            yield* advance("10 seconds")
+            expect(Option.isNone(yield* queue.claim("w3"))).toBe(true)
+            expect(yield* counts(name)).toMatchObject({ claimed: 2, dead: 3, expired: 2, leaseLapses: 1 })
+            expect((yield* queue.dead()).map((job) => [job.payload, Option.getOrNull(job.lastError)])).toEqual([
+              [{ n: 3 }, "max attempts exceeded"],
+              [{ n: 2 }, "expired"],
+              [{ n: 1 }, "expired"]
+            ])
+            // maintenance's expiries, by queue
+            yield* queue.enqueue({ n: 4 }, { expires: "6 seconds", delay: "5 seconds" })
+            yield* advance("7 seconds")
+            expect((yield* queues.maintenance).expired).toBe(1)
+            expect(yield* counts(name)).toMatchObject({ dead: 4, expired: 3 })
+          }).pipe(Effect.provide(engine.store())))
+
+        it.effect(`a batch claim counts the lapsed leases it takes and the candidates it buries${label}`, () =>
+          Effect.gen(function*() {
+            const name = freshQueue("lapses-batch")
+            yield* limitQueue(name)
+            const queue = yield* queueOf(name, { visibilityTimeout: "10 seconds", maxAttempts: 1 })
+            const again = yield* queueOf(name, { visibilityTimeout: "10 seconds", maxAttempts: 3 })
+            yield* again.enqueue({ n: 1 }) // claimed, then its lease lapses: taken over
+            yield* queue.enqueue({ n: 2 }) // claimed once, then its lease lapses with its one attempt spent: buried
+            yield* queue.enqueue({ n: 3 }, { expires: "5 seconds" }) // expired when the batch meets it: buried
+            yield* again.enqueue({ n: 4 })
+            yield* again.enqueue({ n: 5 })
+            expect((yield* queue.claimBatch("w1", 2)).map((h) => h.job.payload)).toEqual([{ n: 1 }, { n: 2 }])
+            yield* advance("11 seconds")
+            const batch = yield* queue.claimBatch("w2", 3)
+            expect(batch.map((h) => h.job.payload).sort((a, b) => (a as { n: number }).n - (b as { n: number }).n))
+              .toEqual([{ n: 1 }, { n: 4 }, { n: 5 }])
+            expect(yield* counts(name)).toMatchObject({ claimed: 5, dead: 2, expired: 1, leaseLapses: 1 })
+            expect((yield* queue.dead()).map((job) => Option.getOrNull(job.lastError)).sort()).toEqual(["expired", "max attempts exceeded"])
+            expect(yield* queue.ackAll(batch)).toEqual([true, true, true])
+            expect((yield* queue.stats)).toMatchObject({ pending: 0, claimed: 0, dead: 2 })
+          }).pipe(Effect.provide(engine.store())))
+      }
 
       it.effect("histograms: the wait from due to claim, and the handler's time", () =>
         Effect.gen(function*() {

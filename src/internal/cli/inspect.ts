@@ -84,6 +84,9 @@ export const jobDetail = (job: Admin.JobInfo, now: number) => {
     ["last error", Option.getOrElse(job.lastError, () => "-")],
     ["visibility", shortDuration(Duration.toMillis(job.visibilityTimeout))],
     ["backoff base", shortDuration(Duration.toMillis(job.backoffBase))],
+    // The enqueuer's span, to look the request up in a tracing backend.
+    ["trace id", Option.match(job.traceContext, { onNone: () => "-", onSome: (t) => t.traceId })],
+    ["span id", Option.match(job.traceContext, { onNone: () => "-", onSome: (t) => t.sampled ? t.spanId : `${t.spanId} (not sampled)` })],
     ["payload", JSON.stringify(job.payload) ?? ""]
   ])
 }
@@ -96,7 +99,7 @@ export const job = Command.make("job", { db, json, id: Args.integer({ name: "id"
       if (Option.isNone(found)) return yield* new Refused({ reason: `no job ${id} (acked and cancelled jobs are deleted)` })
       const now = yield* Clock.currentTimeMillis
       yield* output(json, plainJob(found.value), () => jobDetail(found.value, now))
-    })))).pipe(Command.withDescription("one job by id, in whichever queue: state, attempts, timestamps, last error, payload"))
+    })))).pipe(Command.withDescription("one job by id, in whichever queue: state, attempts, timestamps, last error, trace context, payload"))
 
 export const dead = Command.make("dead", { db, json, queue: Options.optional(queueOption), limit }, ({ db, json, limit, queue }) =>
   onStore(db, Effect.gen(function*() {

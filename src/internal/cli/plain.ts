@@ -36,7 +36,8 @@ export const plainJob = (job: Admin.JobInfo) => ({
   diedAt: optionalIso(job.diedAt),
   lastError: Option.getOrNull(job.lastError),
   visibilityTimeoutMs: millis(job.visibilityTimeout),
-  backoffBaseMs: millis(job.backoffBase)
+  backoffBaseMs: millis(job.backoffBase),
+  traceContext: Option.getOrNull(job.traceContext)
 })
 
 export const plainSchedule = (s: Schedule) => ({

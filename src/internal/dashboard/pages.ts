@@ -91,7 +91,11 @@ export const jobPage = (job: Admin.JobInfo, now: number, writes: boolean, done: 
 <dt>Worker</dt><dd>${Option.getOrElse(job.workerId, () => "–")}</dd>
 <dt>Visibility timeout</dt><dd>${shortDuration(Duration.toMillis(job.visibilityTimeout))}</dd>
 <dt>Backoff base</dt><dd>${shortDuration(Duration.toMillis(job.backoffBase))}</dd>
-<dt>Last error</dt><dd><pre id="last-error">${Option.getOrElse(job.lastError, () => "–")}</pre></dd></dl>
+<dt>Last error</dt><dd><pre id="last-error">${Option.getOrElse(job.lastError, () => "–")}</pre></dd>
+<dt>Enqueued in trace</dt><dd id="trace">${Option.match(job.traceContext, {
+    onNone: () => "–",
+    onSome: (t) => html`<code>${t.traceId}</code> span <code>${t.spanId}</code>${t.sampled ? "" : " (not sampled)"}`
+  })}</dd></dl>
 <h2>History</h2><table><thead><tr><th>Event</th><th>At</th><th></th></tr></thead><tbody>
 ${at("created", Option.some(job.createdAt))}${at(job.state === "scheduled" ? "due" : "run at", Option.some(job.runAt))}
 ${at("lease until", job.claimedUntil)}${at("expires", job.expiresAt)}${at("died", job.diedAt)}</tbody></table>

@@ -1,10 +1,11 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
-import { Cause, Clock, Duration, Effect, Exit, Schedule, type Scope } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
 import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
+import { type QueueInternals, type Restore, takeWithin } from "../queue.js"
 import { Backing } from "./backing.js"
 
 export interface PersistedQueueStoreOptions {
@@ -103,12 +104,12 @@ export const make = (
       )
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
-      Effect.uninterruptibleMask((restore) =>
+      Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
           const queue = yield* queueOf(name)
           while (true) {
-            // Only the wait is interruptible: a claim that returned is settled by the scope.
-            const handle = yield* restore(queue.take(workerId)).pipe(
+            // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
+            const handle = yield* takeUnder(queue, workerId, restore).pipe(
               Effect.mapError(failure("Failed to take element from persisted queue"))
             )
             const attempts = handle.job.attempts - 1
@@ -122,15 +123,41 @@ export const make = (
               yield* bury(handle, `max attempts (${maxAttempts}) exceeded`)
               continue
             }
+            // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
+            // when the take returned there: an interruption already pending lands as this mask ends, and the
+            // scope (with the finalizer below) would never close. Give the element back now instead.
+            if (callerInterruptible && (yield* interruptPending)) {
+              yield* settled("releasing")(handle.release)
+              return yield* Effect.interrupt
+            }
             open.add(handle)
-            yield* Effect.addFinalizer((exit) => Effect.zipRight(Effect.sync(() => open.delete(handle)), settle(handle, exit, maxAttempts)))
+            // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
+            // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
+            yield* Scope.addFinalizerExit(
+              yield* Effect.scope,
+              (exit) => Effect.zipRight(Effect.sync(() => open.delete(handle)), settle(handle, exit, maxAttempts))
+            )
             return { id: payload.id, attempts, element: payload.element }
           }
         })
-      )
+      ))
 
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })
+
+/** Whether this fiber was interrupted while uninterruptible (the interruption lands at its next interruptible step). */
+const interruptPending = Effect.map(FiberRef.get(FiberRef.interruptedCause), (cause) => !Cause.isEmpty(cause))
+
+/**
+ * The queue's take under this mask's `restore` (`takeWithin`). A `Queues`
+ * that is not alkstore's own has no such take: its public one, restored,
+ * leaves the gap between its claim and the finalizer (an interruption there
+ * strands the element until its lease lapses).
+ */
+const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore) => {
+  const within = (queue as Partial<QueueInternals<Stored>>)[takeWithin]
+  return within === undefined ? restore(queue.take(workerId)) : within(workerId, restore)
+}
 
 /**
  * One renewal loop per store for every open take (as `@effect/sql`'s store
@@ -152,7 +179,8 @@ const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
 /** Settlement must not fail a closing scope: a storage failure is logged, and the lease brings the element back. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
   effect.pipe(
-    Effect.retry({ times: 3, schedule: Schedule.exponential(50) }),
+    // The retry's schedule only once the first attempt failed: building it costs more than an ack.
+    Effect.catchAll(() => Effect.retry(effect, { times: 3, schedule: Schedule.exponential(50) })),
     Effect.catchAll((error) =>
       Effect.logWarning(`alkstore: ${what} a persisted queue element failed; it is taken again when its lease lapses`, error)
     ),

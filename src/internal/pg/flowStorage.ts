@@ -34,31 +34,66 @@ const statements = (s: string) => {
   const order = `ORDER BY priority DESC, flow_round, run_at, id`
   const pending = `queue = $1 AND state = 'pending' AND flow_round IS NOT NULL`
   const limitsColumns = `concurrency, rate_limit, rate_per, group_concurrency, group_rate_limit, group_rate_per, current_round`
+  // Candidates as one JSON text (one round trip for several lists; decoded with `toCandidate`).
+  const asJson = (select: string, orderBy = "") =>
+    `(SELECT coalesce(json_agg(c${orderBy === "" ? "" : ` ${orderBy.replace(/flow_round/g, "round")}`}), '[]')::text FROM (${select}) AS c)`
+  const claimed = `EXISTS (SELECT 1 FROM claimed WHERE claimed.state = 'claimed')`
   return {
     limits: `SELECT ${limitsColumns} FROM ${limits} WHERE queue = $1`,
-    lockLimits: `SELECT ${limitsColumns} FROM ${limits} WHERE queue = $1 FOR UPDATE`,
-    promote: `UPDATE ${jobs} SET state = 'pending' WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint`,
-    inFlight: `SELECT count(*) AS n FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint`,
-    pendingFirst: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} ${order} LIMIT $2`,
-    pendingSame: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority = $2::bigint
-      AND (flow_round, run_at, id) > ($3::bigint, $4::bigint, $5::bigint) ${order} LIMIT $6`,
-    pendingLower: `SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority < $2::bigint ${order} LIMIT $3`,
-    lapsed: `SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint
-      AND flow_round IS NOT NULL LIMIT 1000`,
-    dueScheduled: `SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
-      AND flow_round IS NOT NULL LIMIT $3`,
-    groupInFlight: `SELECT count(*) AS n FROM ${jobs} WHERE queue = $1 AND group_key = $2 AND state = 'claimed'
-      AND flow_round IS NOT NULL AND claimed_until > $3::bigint`,
+    lockRow: `SELECT queue FROM ${limits} WHERE queue = $1 FOR UPDATE`,
+    // The claim's first statement: its queue's limited claims serialise on this row lock. Due scheduled
+    // rows are promoted in the same statement (what this claim's snapshot shows; a row committed while
+    // it waited for the lock is promoted by the next claim).
+    lockLimits: `WITH l AS (SELECT ${limitsColumns} FROM ${limits} WHERE queue = $1 FOR UPDATE),
+      promoted AS (UPDATE ${jobs} SET state = 'pending' WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint
+        AND EXISTS (SELECT 1 FROM l))
+      SELECT * FROM l`,
+    // What the walk needs before its first candidate, in one round trip ($1 queue, $2 now; $3 count the
+    // live claims, $4 read the queue's log, $5 due scheduled rows to read, $6 the first page's size).
+    start: `SELECT
+        CASE WHEN $3::boolean THEN (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'claimed'
+          AND claimed_until > $2::bigint) ELSE 0 END AS in_flight,
+        CASE WHEN $4::boolean THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = $1 AND scope = '') ELSE 0 END
+          AS queue_last,
+        ${asJson(`SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until <= $2::bigint
+          AND flow_round IS NOT NULL LIMIT 1000`)} AS lapsed,
+        CASE WHEN $5::bigint > 0 THEN ${asJson(`SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled'
+          AND run_at <= $2::bigint AND flow_round IS NOT NULL LIMIT $5::bigint`)} ELSE '[]' END AS due,
+        ${asJson(`SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} ${order} LIMIT $6::bigint`, order)} AS page`,
+    // The next page after ($2 priority, $3 round, $4 run_at, $5 id), $6 rows: the rest of this priority, then lower ones.
+    pendingAfter: `SELECT * FROM (
+        (SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority = $2::bigint
+          AND (flow_round, run_at, id) > ($3::bigint, $4::bigint, $5::bigint) ${order} LIMIT $6::bigint)
+        UNION ALL
+        (SELECT ${pendingCandidate} FROM ${jobs} WHERE ${pending} AND priority < $2::bigint ${order} LIMIT $6::bigint)
+      ) AS p ORDER BY priority DESC, round, run_at, id LIMIT $6::bigint`,
+    // A group as the walk first meets it ($1 queue, $2 group, $3/$4 the candidate's round and id, $5 the cap
+    // or NULL, $6 read its log, $7 now).
+    groupStart: `SELECT
+        CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND group_key = $2
+          AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > $7::bigint) END AS in_flight,
+        CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE queue = $1
+          AND group_key = $2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < ($3::bigint, $4::bigint)
+          LIMIT $5::bigint) AS ahead) END AS ahead,
+        CASE WHEN $6::boolean THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = $1 AND scope = '#' || $2)
+          ELSE 0 END AS last`,
     groupAhead: `SELECT count(*) AS n FROM (SELECT 1 FROM ${jobs} WHERE queue = $1 AND group_key = $2 AND state <> 'dead'
       AND flow_round IS NOT NULL AND (flow_round, id) < ($3::bigint, $4::bigint) LIMIT $5) AS ahead`,
-    logLast: `SELECT coalesce(max(seq), 0) AS n FROM ${log} WHERE queue = $1 AND scope = $2`,
     logAt: `SELECT at FROM ${log} WHERE queue = $1 AND scope = $2 AND seq = $3::bigint`,
-    claim: `${claimSetOf(jobs)} WHERE j.id = $3::bigint
-      AND (j.state = 'pending' OR (j.state = 'claimed' AND j.claimed_until <= $1::bigint))
-      RETURNING ${jobColumns("j")}`,
-    log: `INSERT INTO ${log} (queue, scope, seq, at) VALUES ($1, $2, $3::bigint, $4::bigint)`,
+    // The claim and, only when it took the job, its log entries ($5 scopes, $6 sequence numbers) and the
+    // queue's round ($7, NULL: unchanged): one round trip.
+    claim: `WITH claimed AS (
+        ${claimSetOf(jobs)} WHERE j.id = $3::bigint
+          AND (j.state = 'pending' OR (j.state = 'claimed' AND j.claimed_until <= $1::bigint))
+        RETURNING ${jobColumns("j")}
+      ), logged AS (
+        INSERT INTO ${log} (queue, scope, seq, at)
+        SELECT $4, e.scope, e.seq, $1::bigint FROM unnest($5::text[], $6::bigint[]) AS e(scope, seq) WHERE ${claimed}
+      ), advanced AS (
+        UPDATE ${limits} SET current_round = $7::bigint WHERE queue = $4 AND current_round < $7::bigint AND ${claimed}
+      )
+      SELECT * FROM claimed`,
     prune: `DELETE FROM ${log} WHERE queue = $1 AND scope = $2 AND seq <= $3::bigint AND at <= $4::bigint`,
-    advanceRound: `UPDATE ${limits} SET current_round = $1::bigint WHERE queue = $2 AND current_round < $1::bigint`,
     // Jobs inserted by transactions still open when a queue first gets limits must be numbered too:
     // the lock waits them out (and holds new writers back) while the backlog is numbered.
     lockJobs: `LOCK TABLE ${jobs} IN SHARE ROW EXCLUSIVE MODE`,
@@ -123,30 +158,58 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
   const exec = (text: string, params: ReadonlyArray<Param>) => Effect.asVoid(db.all(text, params))
   const candidates = (text: string, params: ReadonlyArray<Param>) => rows(text, params, toCandidate)
 
+  const candidatesOf = (json: unknown): ReadonlyArray<Candidate> => (JSON.parse(json as string) as Array<Row>).map(toCandidate)
+
+  /**
+   * The walk's operations, a round trip each: the lock with the promotion,
+   * then `start` (counts, lapsed leases and the first page in one read),
+   * one read per group met, and the claim with its bookkeeping.
+   */
   const ops = (queue: string, workerId: string, now: number): FlowEffectOps => ({
-    limits: (lock) => Effect.map(rows(lock ? sql.lockLimits : sql.limits, [queue], toLimitsRow), (r) => r[0]),
-    promote: () => exec(sql.promote, [queue, now]),
-    inFlight: () => count(sql.inFlight, [queue, now]),
-    pending: (after, size) => {
-      if (after === undefined) return candidates(sql.pendingFirst, [queue, size])
-      return Effect.flatMap(
-        candidates(sql.pendingSame, [queue, after.priority, after.round, after.runAt, after.id, size]),
-        (same) =>
-          same.length === size
-            ? Effect.succeed(same)
-            : Effect.map(candidates(sql.pendingLower, [queue, after.priority, size - same.length]), (lower) => [...same, ...lower])
-      )
-    },
-    lapsed: () => candidates(sql.lapsed, [queue, now]),
-    dueScheduled: (size) => candidates(sql.dueScheduled, [queue, now, size]),
-    groupInFlight: (group) => count(sql.groupInFlight, [queue, group, now]),
+    limits: (lock) =>
+      Effect.map(rows(lock ? sql.lockLimits : sql.limits, lock ? [queue, now] : [queue], toLimitsRow), (r) => r[0]),
+    promote: () => Effect.void, // in `lockLimits`
+    start: (request) =>
+      Effect.map(
+        rows(
+          sql.start,
+          [queue, now, request.inFlight, request.queueLast, request.dueScheduled, request.pageSize] as Array<Param>,
+          (r) => ({
+            inFlight: int(r.in_flight, "in_flight"),
+            queueLast: int(r.queue_last, "queue_last"),
+            lapsed: candidatesOf(r.lapsed),
+            dueScheduled: candidatesOf(r.due),
+            page: candidatesOf(r.page)
+          })
+        ),
+        (r) => r[0]!
+      ),
+    pending: (after, size) => candidates(sql.pendingAfter, [queue, after.priority, after.round, after.runAt, after.id, size]),
+    groupStart: (group, round, id, cap, log) =>
+      Effect.map(
+        rows(sql.groupStart, [queue, group, round, id, cap, log, now] as Array<Param>, (r) => ({
+          inFlight: int(r.in_flight, "in_flight"),
+          ahead: int(r.ahead, "ahead"),
+          last: int(r.last, "last")
+        })),
+        (r) => r[0]!
+      ),
     groupAhead: (group, round, id, cap) => count(sql.groupAhead, [queue, group, round, id, cap]),
-    logLast: (scope) => count(sql.logLast, [queue, scope]),
     logAt: (scope, seq) => Effect.map(rows(sql.logAt, [queue, scope, seq], (r) => int(r.at, "at")), (r) => r[0]),
-    claim: (id) => Effect.map(rows(sql.claim, [now, workerId, id], toJobRow), (r) => r[0]),
-    log: (scope, seq) => exec(sql.log, [queue, scope, seq, now]),
-    prune: (scope, seq, before) => exec(sql.prune, [queue, scope, seq, before]),
-    advanceRound: (round) => exec(sql.advanceRound, [round, queue])
+    claim: (id, writes) =>
+      Effect.map(
+        rows(sql.claim, [
+          now,
+          workerId,
+          id,
+          queue,
+          writes.log.map(([scope]) => scope) as unknown as Param,
+          writes.log.map(([, seq]) => seq) as unknown as Param,
+          writes.round
+        ], toJobRow),
+        (r) => r[0]
+      ),
+    prune: (scope, seq, before) => exec(sql.prune, [queue, scope, seq, before])
   })
 
   const walk = (queue: string, workerId: string, now: number, n: number, mode: FlowMode) =>
@@ -160,7 +223,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
         Option.map(Option.fromNullable(r[0]), ({ currentRound: _, ...limits }) => limits)),
     set: (queue, limits, now) =>
       db.transaction(Effect.gen(function*() {
-        if ((yield* db.all(sql.lockLimits, [queue])).length > 0) {
+        if ((yield* db.all(sql.lockRow, [queue])).length > 0) {
           return yield* exec(sql.updateLimits, limitsParams(queue, limits, now))
         }
         yield* exec(sql.lockJobs, [])

@@ -19,17 +19,24 @@ export interface ListenerOptions {
 const realClock = Clock.make()
 
 /**
- * When the LISTEN connection is lost or cannot be made, the next attempts
- * follow this: 100 ms, doubling, jittered (a fleet that lost its server
- * together does not reconnect in step), at most 5 s apart; a connection
- * that lived 5 s or more starts the curve again. The waiters' own deadlines
- * and the fallback poll cover the gap.
+ * When the LISTEN connection cannot be made, the next attempts follow this:
+ * 100 ms, doubling, jittered (a fleet that lost its server together does not
+ * reconnect in step), at most 5 s apart. The waiters' own deadlines and the
+ * fallback poll cover the gap.
  */
 export const reconnectBackoff = Schedule.exponential(Duration.millis(100), 2).pipe(
   Schedule.jittered,
-  Schedule.union(Schedule.spaced(Duration.seconds(5))),
-  Schedule.resetAfter(Duration.seconds(5))
+  Schedule.union(Schedule.spaced(Duration.seconds(5)))
 )
+
+/**
+ * A connection that stayed up this long was healthy: when it is lost, the
+ * next connection is made at once and, failing, the backoff starts again
+ * from its shortest wait (a loss long after an outage must not inherit the
+ * outage's grown waits). One lost sooner continues the curve, so a server
+ * that accepts and drops at once is not hammered.
+ */
+export const healthyAfterMillis = 1_000
 
 /** Tears a connection down without waiting for a server that may never answer. */
 const destroy = (client: Pg.Client) =>
@@ -130,19 +137,35 @@ export const startListener = (options: ListenerOptions) =>
       }).pipe(Effect.ensuring(destroy(client)))
 
     /**
-     * Connect, wake everyone (whatever was notified while no connection
-     * listened is lost: every waiter re-reads), watch the connection until it
-     * is lost; on `reconnectBackoff`, forever.
+     * Watch a connection until it is lost, then make the next one, forever:
+     * connect, wake everyone (whatever was notified while no connection
+     * listened is lost: every waiter re-reads), watch it. A failed attempt,
+     * or the loss of a connection that was not yet healthy, waits on
+     * `reconnectBackoff`; a healthy connection's loss starts it again.
      */
-    const reconnect = Effect.flatMap(connect, (client) => Effect.zipRight(Effect.sync(() => wake.signalAll()), session(client))).pipe(
-      Effect.tapError((error) => Effect.logDebug("alkstore: the LISTEN connection failed or was lost; reconnecting", error)),
-      Effect.retry(reconnectBackoff)
-    )
     const forever = (first: Pg.Client) =>
-      session(first).pipe(
-        Effect.catchAll((lost) => Effect.logDebug("alkstore: the LISTEN connection was lost; reconnecting", lost)),
-        Effect.zipRight(reconnect)
-      )
+      Effect.gen(function*() {
+        const backoff = yield* Schedule.driver(reconnectBackoff)
+        // the schedule never ends (its `spaced` half recurs forever): `next` only ever sleeps
+        const wait = Effect.ignore(backoff.next(undefined))
+        const watch = (client: Pg.Client) =>
+          Effect.gen(function*() {
+            const since = yield* Clock.currentTimeMillis
+            const lost = yield* Effect.flip(session(client))
+            yield* Effect.logDebug("alkstore: the LISTEN connection was lost; reconnecting", lost)
+            if ((yield* Clock.currentTimeMillis) - since >= healthyAfterMillis) yield* backoff.reset
+            else yield* wait
+          })
+        const attempt = connect.pipe(
+          Effect.matchEffect({
+            onFailure: (error) =>
+              Effect.zipRight(Effect.logDebug("alkstore: the LISTEN connection could not be made; retrying", error), wait),
+            onSuccess: (client) => Effect.zipRight(Effect.sync(() => wake.signalAll()), watch(client))
+          })
+        )
+        yield* watch(first)
+        return yield* Effect.forever(attempt)
+      })
 
     const first = yield* connect
     yield* Effect.forkScoped(Effect.withClock(Effect.interruptible(forever(first)), realClock))

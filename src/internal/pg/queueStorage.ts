@@ -297,8 +297,9 @@ export const makeQueueStorage = (
       return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, now, limit)
     })
 
+  // A queue seen limited goes straight to the flow walk (no unlimited claim statement to learn it again).
   const claim = (queue: string, workerId: string, now: number, limit: number) =>
-    claimRounds(queue, workerId, now, limit)
+    memory.known(queue) ? limitedClaim(queue, workerId, now, limit) : claimRounds(queue, workerId, now, limit)
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none

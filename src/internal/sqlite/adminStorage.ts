@@ -17,7 +17,7 @@ const isDue = `(state = 'pending' OR (state = 'scheduled' AND run_at <= ?))`
 const jobColumns = `id, queue, payload,
   CASE WHEN state = 'scheduled' AND run_at <= ? THEN 'pending' ELSE state END AS state,
   priority, run_at, attempts, max_attempts, visibility_timeout, backoff_base, expires_at, claimed_until, worker_id,
-  claim_token, created_at, last_error, died_at`
+  claim_token, created_at, last_error, died_at, trace_context`
 
 const sql = {
   // Binds now three times: pending, scheduled, oldest pending.

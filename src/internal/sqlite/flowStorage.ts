@@ -2,6 +2,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import type { FlowStorage, JobRow } from "../engine.js"
 import {
+  type Call,
   type Candidate,
   type FlowEffectOps,
   type FlowMemory,
@@ -9,9 +10,9 @@ import {
   type FlowOps,
   type FlowOutcome,
   flowWalk,
+  type GroupStart,
   type LimitsRow,
-  runEffect,
-  runSync
+  runEffect
 } from "../flow.js"
 import type { ResolvedLimits } from "../options.js"
 import type { DirectConnection, Executor, Param } from "./executor.js"
@@ -21,6 +22,12 @@ import { claimSet, jobColumns, numbered, rowOf, sql as queueSql } from "./queueS
  * Flow control's SQL on SQLite (docs/flow-control.md). Every limited claim
  * runs inside `BEGIN IMMEDIATE`, which already serialises it against every
  * other writer of the file, so the walk's counts cannot go stale under it.
+ *
+ * Page sizes and caps are written into the statements as literals, one
+ * cached statement per value (a handful: the claim sizes up to 32, 128, 256,
+ * each queue's group cap): a `LIMIT ?` makes SQLite re-plan the statement
+ * every time it is bound (its planner reads the bound limit), which cost
+ * the page read and the group's head check 3–4× their run time.
  */
 
 const candidateColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", state`
@@ -28,26 +35,59 @@ const candidateColumns = `id, priority, flow_round AS round, run_at AS runAt, gr
 const pendingColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", 'pending' AS state`
 const flowOrder = `ORDER BY priority DESC, flow_round, run_at, id`
 const pendingWhere = `queue = ?1 AND state = 'pending' AND flow_round IS NOT NULL`
+const limitsColumns = `concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
+      group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound`
+const groupAheadOf = (cap: number) => `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs
+    WHERE queue = ?1 AND group_key = ?2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (?3, ?4)
+    LIMIT ${cap}))`
+const groupInFlight = `(SELECT count(*) FROM __alkstore_jobs
+    WHERE queue = ?1 AND group_key = ?2 AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ?5)`
+const groupLast = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ?1 AND scope = '#' || ?2)`
+
+/** A statement text per literal, written once. */
+const byLiteral = <K>(make: (k: K) => ReturnType<typeof numbered>) => {
+  const made = new Map<K, ReturnType<typeof numbered>>()
+  return (k: K) => {
+    let statement = made.get(k)
+    if (statement === undefined) made.set(k, statement = make(k))
+    return statement
+  }
+}
 
 const sql = {
-  limits: `SELECT concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
-      group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound
-    FROM __alkstore_flow_limits WHERE queue = ?`,
+  limits: `SELECT ${limitsColumns} FROM __alkstore_flow_limits WHERE queue = ?`,
+  /**
+   * The readiness read of a claim under its write lock (`queueStatements.readiness`'s flags) with the
+   * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without.
+   */
+  readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
+      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
+      l.queue IS NOT NULL AS limited, ${limitsColumns}
+    FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = ?1`),
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
-  pendingFirst: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT ?2`),
-  pendingSame: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
-      AND priority = ?2 AND (flow_round, run_at, id) > (?3, ?4, ?5) ${flowOrder} LIMIT ?6`),
-  pendingLower: numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
-      AND priority < ?2 ${flowOrder} LIMIT ?3`),
+  pendingFirst: byLiteral((size: number) =>
+    numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT ${size}`)
+  ),
+  pendingSame: byLiteral((size: number) =>
+    numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
+      AND priority = ?2 AND (flow_round, run_at, id) > (?3, ?4, ?5) ${flowOrder} LIMIT ${size}`)
+  ),
+  pendingLower: byLiteral((size: number) =>
+    numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} AND priority < ?2 ${flowOrder} LIMIT ${size}`)
+  ),
   lapsed: `SELECT ${candidateColumns} FROM __alkstore_jobs
     WHERE queue = ? AND state = 'claimed' AND claimed_until <= ? AND flow_round IS NOT NULL LIMIT 1000`,
-  dueScheduled: `SELECT ${candidateColumns} FROM __alkstore_jobs
-    WHERE queue = ? AND state = 'scheduled' AND run_at <= ? AND flow_round IS NOT NULL LIMIT ?`,
-  groupInFlight: `SELECT count(*) AS n FROM __alkstore_jobs
-    WHERE queue = ? AND group_key = ? AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ?`,
-  groupAhead: numbered(`SELECT count(*) AS n FROM (SELECT 1 FROM __alkstore_jobs
-    WHERE queue = ?1 AND group_key = ?2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (?3, ?4)
-    LIMIT ?5)`),
+  dueScheduled: byLiteral((size: number) =>
+    numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs
+      WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2 AND flow_round IS NOT NULL LIMIT ${size}`)
+  ),
+  // `?1` queue, `?2` group, `?3`/`?4` the candidate's round and id, `?5` now: one row, what the walk needs.
+  groupStart: byLiteral((key: string) => {
+    const [cap, log] = key.split(":")
+    return numbered(`SELECT ${cap === "" ? "0" : groupInFlight} AS inFlight, ${cap === "" ? "0" : groupAheadOf(Number(cap))} AS ahead,
+      ${log === "1" ? groupLast : "0"} AS last`)
+  }),
+  groupAhead: byLiteral((cap: number) => numbered(`SELECT ${groupAheadOf(cap)} AS n`)),
   logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = ? AND scope = ?`,
   logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq = ?`,
   claim: numbered(`${claimSet} WHERE id = ?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= ?1))
@@ -78,52 +118,136 @@ const limitsParams = (l: ResolvedLimits): Array<Param> => [
   l.groupRatePerMillis
 ]
 
-type Rows = <A>(text: string, params: ReadonlyArray<Param>) => ReadonlyArray<A>
-type Run = (text: string, params: ReadonlyArray<Param>) => void
+/**
+ * The walk's operations are written once, as generators of statements
+ * (`Rows`: a read, `Run`: a write, `Claim`: the claim), and run either
+ * synchronously on the store's connection or as effects over a client.
+ */
+type Statement =
+  | { readonly _: "rows"; readonly text: string; readonly params: ReadonlyArray<Param> }
+  | { readonly _: "run"; readonly text: string; readonly params: ReadonlyArray<Param> }
+  | { readonly _: "claim"; readonly params: ReadonlyArray<Param> }
+type Steps<A> = Generator<Statement, A, any>
 
-/** The walk's operations for one queue, instant and worker over a statement runner. */
-const opsOver = (all: Rows, run: Run, claimRow: (params: ReadonlyArray<Param>) => JobRow | undefined) =>
-(queue: string, workerId: string, now: number, ready: Readiness): FlowOps => {
-  const count = (text: string, params: ReadonlyArray<Param>) => all<{ n: number }>(text, params)[0]?.n ?? 0
-  return {
-    limits: () => all<LimitsRow>(sql.limits, [queue])[0],
-    promote: () => {
-      if (ready.due) run(queueSql.promoteDue, [queue, now])
-    },
-    inFlight: () => count(sql.inFlight, [queue, now]),
-    pending: (after, size) => {
-      if (after === undefined) return all<Candidate>(sql.pendingFirst.text, sql.pendingFirst.bind([queue, size]))
-      const same = all<Candidate>(
-        sql.pendingSame.text,
-        sql.pendingSame.bind([queue, after.priority, after.round, after.runAt, after.id, size])
-      )
-      if (same.length === size) return same
-      const lower = all<Candidate>(sql.pendingLower.text, sql.pendingLower.bind([queue, after.priority, size - same.length]))
-      return same.length === 0 ? lower : [...same, ...lower]
-    },
-    lapsed: () => (ready.lapsed ? all<Candidate>(sql.lapsed, [queue, now]) : []),
-    dueScheduled: (size) => all<Candidate>(sql.dueScheduled, [queue, now, size]),
-    groupInFlight: (group) => count(sql.groupInFlight, [queue, group, now]),
-    groupAhead: (group, round, id, cap) => count(sql.groupAhead.text, sql.groupAhead.bind([queue, group, round, id, cap])),
-    logLast: (scope) => count(sql.logLast, [queue, scope]),
-    logAt: (scope, seq) => all<{ at: number }>(sql.logAt, [queue, scope, seq])[0]?.at,
-    claim: (id) => claimRow(sql.claim.bind([now, workerId, id])),
-    log: (scope, seq) => run(sql.log, [queue, scope, seq, now]),
-    prune: (scope, seq, before) => run(sql.prune, [queue, scope, seq, before]),
-    advanceRound: (round) => run(sql.advanceRound.text, sql.advanceRound.bind([round, queue]))
-  }
+function* rows<A>(text: string, params: ReadonlyArray<Param>): Steps<ReadonlyArray<A>> {
+  return yield { _: "rows", text, params }
 }
+function* run(text: string, params: ReadonlyArray<Param>): Steps<void> {
+  yield { _: "run", text, params }
+}
+function* count(text: string, params: ReadonlyArray<Param>): Steps<number> {
+  return (yield* rows<{ n: number }>(text, params))[0]?.n ?? 0
+}
+const literal = (statement: ReturnType<typeof numbered>, args: ReadonlyArray<Param>) =>
+  rows<Candidate>(statement.text, statement.bind(args as ReadonlyArray<string | number | null>))
+
+type GenOps = { readonly [K in keyof FlowOps]: (...args: Parameters<FlowOps[K]>) => Steps<ReturnType<FlowOps[K]>> }
 
 /**
  * What the claim's readiness read already told (inside the same write lock):
- * whether due scheduled rows wait for promotion, and whether any lease
- * lapsed. Unknown: both looked for.
+ * whether due scheduled rows wait for promotion, whether any lease lapsed,
+ * and the queue's limits. Unknown: looked for.
  */
 export interface Readiness {
   readonly due: boolean
   readonly lapsed: boolean
+  readonly limits?: LimitsRow | undefined
 }
 const unknown: Readiness = { due: true, lapsed: true }
+
+const none: ReadonlyArray<Candidate> = []
+
+/** The walk's operations for one queue, instant and worker. */
+const genOps = (queue: string, workerId: string, now: number, ready: Readiness): GenOps => ({
+  *limits() {
+    if (ready.limits !== undefined) return ready.limits
+    return (yield* rows<LimitsRow>(sql.limits, [queue]))[0]
+  },
+  *promote() {
+    if (ready.due) yield* run(queueSql.promoteDue, [queue, now])
+  },
+  *start(request) {
+    const inFlight = request.inFlight ? yield* count(sql.inFlight, [queue, now]) : 0
+    const queueLast = request.queueLast ? yield* count(sql.logLast, [queue, ""]) : 0
+    const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed, [queue, now]) : none
+    const dueScheduled = request.dueScheduled > 0 ? yield* literal(sql.dueScheduled(request.dueScheduled), [queue, now]) : none
+    const page = yield* literal(sql.pendingFirst(request.pageSize), [queue])
+    return { inFlight, queueLast, lapsed, dueScheduled, page }
+  },
+  *pending(after, size) {
+    const same = yield* literal(sql.pendingSame(size), [queue, after.priority, after.round, after.runAt, after.id])
+    if (same.length === size) return same
+    const lower = yield* literal(sql.pendingLower(size - same.length), [queue, after.priority])
+    return same.length === 0 ? lower : [...same, ...lower]
+  },
+  *groupStart(group, round, id, cap, log) {
+    const statement = sql.groupStart(`${cap ?? ""}:${log ? 1 : 0}`)
+    const [row] = yield* rows<GroupStart>(statement.text, statement.bind([queue, group, round, id, now]))
+    return row!
+  },
+  *groupAhead(group, round, id, cap) {
+    const statement = sql.groupAhead(cap)
+    return yield* count(statement.text, statement.bind([queue, group, round, id]))
+  },
+  *logAt(scope, seq) {
+    return (yield* rows<{ at: number }>(sql.logAt, [queue, scope, seq]))[0]?.at
+  },
+  *claim(id, writes) {
+    const row: JobRow | undefined = yield { _: "claim", params: sql.claim.bind([now, workerId, id]) }
+    if (row?.state !== "claimed") return row
+    for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
+    if (writes.round !== null) yield* run(sql.advanceRound.text, sql.advanceRound.bind([writes.round, queue]))
+    return row
+  },
+  *prune(scope, seq, before) {
+    yield* run(sql.prune, [queue, scope, seq, before])
+  }
+})
+
+/** Runs statement steps synchronously on the store's connection. */
+const stepSync = <A>(steps: Steps<A>, c: DirectConnection): A => {
+  let step = steps.next()
+  while (!step.done) {
+    const statement = step.value
+    if (statement._ === "rows") step = steps.next(c.all(statement.text, statement.params))
+    else if (statement._ === "run") {
+      c.run(statement.text, statement.params)
+      step = steps.next(undefined)
+    } else {
+      const row = c.values(sql.claim.text, statement.params)[0]
+      step = steps.next(row === undefined ? undefined : rowOf(row))
+    }
+  }
+  return step.value
+}
+
+/** Runs statement steps as effects over an executor. */
+const stepEffect = <A>(steps: Steps<A>, db: Executor): Effect.Effect<A, SqlError> => {
+  const loop = (input: unknown): Effect.Effect<A, SqlError> => {
+    const step = steps.next(input)
+    if (step.done) return Effect.succeed(step.value)
+    const statement = step.value
+    if (statement._ === "rows") return Effect.flatMap(db.all(statement.text, statement.params), loop)
+    if (statement._ === "run") return Effect.flatMap(db.run(statement.text, statement.params), () => loop(undefined))
+    return Effect.flatMap(db.all<JobRow>(sql.claim.text, statement.params), (r) => loop(r[0]))
+  }
+  return Effect.suspend(() => loop(undefined))
+}
+
+/** Runs the walk synchronously: each operation's statements on the store's connection, in place. */
+const walkSync = <A>(walk: Generator<Call, A, any>, ops: GenOps, c: DirectConnection): A => {
+  let step = walk.next()
+  while (!step.done) {
+    const { args, op } = step.value
+    step = walk.next(stepSync((ops[op] as (...a: ReadonlyArray<unknown>) => Steps<unknown>)(...args), c))
+  }
+  return step.value
+}
+
+const effectOpsOf = (ops: GenOps, db: Executor): FlowEffectOps =>
+  Object.fromEntries(
+    Object.entries(ops).map(([op, f]) => [op, (...args: Array<any>) => stepEffect((f as any)(...args), db)])
+  ) as unknown as FlowEffectOps
 
 /** The walk on the store's own connection, synchronously (inside the caller's transaction). */
 export const flowWalkNow = (
@@ -134,53 +258,19 @@ export const flowWalkNow = (
   n: number,
   mode: FlowMode,
   ready: Readiness = unknown
-) =>
-  runSync(
-    flowWalk(now, n, mode),
-    opsOver(
-      c.all,
-      (text, params) => void c.run(text, params),
-      (params) => {
-        const row = c.values(sql.claim.text, params)[0]
-        return row === undefined ? undefined : rowOf(row)
-      }
-    )(queue, workerId, now, ready)
-  )
+) => walkSync(flowWalk(now, n, mode), genOps(queue, workerId, now, ready), c)
 
-/** The walk's operations as effects, over an application's client. */
-const effectOps = (db: Executor, queue: string, workerId: string, now: number): FlowEffectOps => {
-  // The same SQL as `opsOver`, one statement effect each.
-  const one = <A>(text: string, params: ReadonlyArray<Param>) => db.all<A>(text, params)
-  const count = (text: string, params: ReadonlyArray<Param>) => Effect.map(one<{ n: number }>(text, params), (r) => r[0]?.n ?? 0)
-  const exec = (text: string, params: ReadonlyArray<Param>) => Effect.asVoid(db.run(text, params))
-  return {
-    limits: () => Effect.map(one<LimitsRow>(sql.limits, [queue]), (r) => r[0]),
-    promote: () => exec(queueSql.promoteDue, [queue, now]),
-    inFlight: () => count(sql.inFlight, [queue, now]),
-    pending: (after, size) => {
-      if (after === undefined) return one<Candidate>(sql.pendingFirst.text, sql.pendingFirst.bind([queue, size]))
-      return Effect.flatMap(
-        one<Candidate>(sql.pendingSame.text, sql.pendingSame.bind([queue, after.priority, after.round, after.runAt, after.id, size])),
-        (same) =>
-          same.length === size
-            ? Effect.succeed(same)
-            : Effect.map(
-              one<Candidate>(sql.pendingLower.text, sql.pendingLower.bind([queue, after.priority, size - same.length])),
-              (lower) => [...same, ...lower]
-            )
-      )
-    },
-    lapsed: () => one<Candidate>(sql.lapsed, [queue, now]),
-    dueScheduled: (size) => one<Candidate>(sql.dueScheduled, [queue, now, size]),
-    groupInFlight: (group) => count(sql.groupInFlight, [queue, group, now]),
-    groupAhead: (group, round, id, cap) => count(sql.groupAhead.text, sql.groupAhead.bind([queue, group, round, id, cap])),
-    logLast: (scope) => count(sql.logLast, [queue, scope]),
-    logAt: (scope, seq) => Effect.map(one<{ at: number }>(sql.logAt, [queue, scope, seq]), (r) => r[0]?.at),
-    claim: (id) => Effect.map(one<JobRow>(sql.claim.text, sql.claim.bind([now, workerId, id])), (r) => r[0]),
-    log: (scope, seq) => exec(sql.log, [queue, scope, seq, now]),
-    prune: (scope, seq, before) => exec(sql.prune, [queue, scope, seq, before]),
-    advanceRound: (round) => exec(sql.advanceRound.text, sql.advanceRound.bind([round, queue]))
-  }
+/**
+ * The claim's readiness and limits under its write lock, in one read (the
+ * claim of a queue known limited goes straight to its transaction).
+ */
+export const readinessNow = (c: DirectConnection, queue: string, now: number) => {
+  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number }>(
+    sql.readiness.text,
+    sql.readiness.bind([queue, now])
+  )[0]!
+  const { due, lapsed, limited, ...limits } = row
+  return { due: due === 1, lapsed: lapsed === 1, limits: limited === 1 ? limits : undefined }
 }
 
 /** The walk as an effect over any executor (run it inside a transaction when it claims). */
@@ -191,7 +281,8 @@ export const flowWalkEffect = (
   now: number,
   n: number,
   mode: FlowMode
-): Effect.Effect<FlowOutcome, SqlError> => runEffect(() => flowWalk(now, n, mode), effectOps(db, queue, workerId, now))
+): Effect.Effect<FlowOutcome, SqlError> =>
+  runEffect(() => flowWalk(now, n, mode), effectOpsOf(genOps(queue, workerId, now, unknown), db))
 
 const fromRow = (row: LimitsRow): ResolvedLimits => ({
   concurrency: row.concurrency,

@@ -4,7 +4,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "./transaction.js"
 import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
-import { flowWalkEffect, flowWalkNow } from "./flowStorage.js"
+import { flowWalkEffect, flowWalkNow, readinessNow } from "./flowStorage.js"
 import type { FlowMemory } from "../flow.js"
 import {
   claimManySql,
@@ -160,6 +160,16 @@ const claimNow = (
   /** Whether `c` is inside a transaction already (else the flow walk opens one). */
   open: boolean
 ): ReadonlyArray<JobRow> => {
+  if (memory.known(queue)) {
+    // A queue seen limited goes straight to its write lock, where one read gives the readiness and the limits.
+    const underLock = () => {
+      const under = readinessNow(c, queue, now)
+      return under.limits === undefined ? undefined : flowWalkNow(c, queue, workerId, now, limit, "claim", under)
+    }
+    const outcome = open ? underLock() : c.transaction(underLock)
+    if (outcome?.limited === true) return outcome.rows
+    memory.saw(queue, false) // its limits went: the plain claim below
+  }
   const ready = c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
   if (ready.limited === 1) {
     // Flow control: the walk decides, in a write transaction (docs/flow-control.md).

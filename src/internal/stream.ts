@@ -1,0 +1,97 @@
+import { Channel, Chunk, Effect, Stream } from "effect"
+import type * as Q from "../Queues.js"
+import { type ClaimHandle, jobAttributes } from "./handle.js"
+import { positiveCount, validateText } from "./options.js"
+import { attr, linkOf, tracing } from "./telemetry.js"
+
+/** What a queue's stream is built from (src/internal/queue.ts). */
+export interface StreamParts<A> {
+  readonly name: string
+  /** The per-job consumer span (`process`'s), and attributes every span of it carries. */
+  readonly processSpan: { readonly name: string; readonly attributes: Record<string, unknown> }
+  /** Waits for and claims up to `n` jobs, the wait interruptible through `restore`. */
+  readonly takeUpTo: (
+    workerId: string,
+    n: number,
+    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+  ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
+  /** Gives claims back (no attempt spent). */
+  readonly releaseUnhanded: (handles: ReadonlyArray<ClaimHandle<A>>) => Effect.Effect<void>
+  /** A claim in its `alkstore.queue.claim` span when the fiber traces. */
+  readonly claimTraced: <X, E>(
+    workerId: string,
+    effect: Effect.Effect<X, E>,
+    handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
+  ) => Effect.Effect<X, E>
+}
+
+/**
+ * A queue's `stream`. A batch is claimed in one round trip but handed on one
+ * handle at a time: whatever ends the stream (a `Stream.take`, interruption,
+ * a failure downstream), the claims it never handed on are released.
+ *
+ * Traced (a tracer installed when the stream starts), each round is an
+ * `alkstore.queue.claim` span, and each handle is handed on with a consumer
+ * span of its own, as `process` gives each job: a root span linked to the
+ * span that enqueued the job, the parent of the handle's operations' spans,
+ * ended by the operation that settles the claim — or, for a claim still
+ * unsettled, when the stream ends (`alkstore.outcome` `"unsettled"`).
+ */
+export const makeStream = <A>(
+  { claimTraced, name, processSpan, releaseUnhanded, takeUpTo }: StreamParts<A>
+): Q.Queue<A>["stream"] =>
+(workerId, opts) =>
+  Stream.unwrapScoped(Effect.gen(function*() {
+    yield* validateText("workerId", workerId)
+    const batch = yield* positiveCount("batch", opts?.batch ?? 1)
+    const traces = yield* Effect.withFiberRuntime((fiber) => Effect.succeed(tracing(fiber)))
+    let held: ReadonlyArray<ClaimHandle<A>> = []
+    let handed = 0
+    // Traced only: the handles handed on whose span may still be open.
+    let spanned: Array<ClaimHandle<A>> = []
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(
+        releaseUnhanded(held.slice(handed)),
+        Effect.forEach(spanned, (handle) => handle.endJobSpan("unsettled"), { discard: true })
+      )
+    )
+    const claimRound = Effect.uninterruptibleMask((restore) =>
+      Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
+        held = handles
+        handed = 0
+        return handles
+      })
+    )
+    const claimBatch: Effect.Effect<unknown, Q.WaitError> = traces
+      ? Effect.suspend(() => {
+        spanned = spanned.filter((handle) => handle.jobSpan?.status._tag !== "Ended")
+        return claimTraced(workerId, claimRound, (handles) => handles)
+      })
+      : claimRound
+    const openSpan = (handle: ClaimHandle<A>) => {
+      const link = linkOf(handle.row.trace_context)
+      return Effect.map(
+        Effect.makeSpan(processSpan.name, {
+          attributes: { ...processSpan.attributes, ...jobAttributes(name, handle.row), [attr.workerId]: workerId },
+          kind: "consumer",
+          root: true,
+          captureStackTrace: false,
+          ...(link === undefined ? {} : { links: [link] })
+        }),
+        (span) => {
+          handle.jobSpan = span
+          spanned.push(handle)
+        }
+      )
+    }
+    const handOn = (handle: ClaimHandle<A>) =>
+      traces ? Channel.zipRight(Channel.fromEffect(openSpan(handle)), Channel.write(Chunk.of(handle))) : Channel.write(Chunk.of(handle))
+    // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
+    const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
+      Channel.suspend(() =>
+        handed < held.length
+          ? Channel.flatMap(handOn(held[handed++]!), emit)
+          : Channel.flatMap(claimBatch, emit)
+      )
+    return Stream.fromChannel(emit())
+  }))
