@@ -33,7 +33,11 @@ const gap = () => 2 + Math.random() * 3
 const STALL_MS = 20_000
 
 type ToWorker = { readonly t: "go" } | { readonly t: "stop" }
-type FromWorker = { readonly t: "ready" } | { readonly t: "count"; readonly n: number } | { readonly t: "stopped" }
+type FromWorker =
+  | { readonly t: "ready" }
+  | { readonly t: "count"; readonly n: number }
+  | { readonly t: "cpu"; readonly micros: number }
+  | { readonly t: "stopped" }
 type ToEnqueuer = { readonly t: "go"; readonly n: number } | { readonly t: "done" }
 type FromEnqueuer =
   | { readonly t: "ready" }
@@ -116,10 +120,16 @@ const drain = async (c: PgContender, url: string, session: Session, s: PgSizes, 
     }
     await untilEmpty(session)
     const ms = performance.now() - t0
+    // each worker process's CPU (user + system) from "go" to "stop": the client's cost per job
+    const cpu = Promise.all(workers.map((w) => once<Extract<FromWorker, { t: "cpu" }>>(w, "cpu").catch(() => undefined)))
     for (const w of workers) w.send({ t: "stop" } satisfies ToWorker)
+    const micros = await cpu
     await Promise.all(workers.map((w) => exited(w, 10_000)))
     if (total !== s.drainJobs) throw new Error(`${c.name}: handlers saw ${total} jobs, expected ${s.drainJobs}`)
-    return { ops: s.drainJobs, ms, notes: [`per-process jobs: ${counts.join(", ")}`] }
+    const cpuNote = micros.every((m) => m !== undefined)
+      ? [`client CPU per job (worker processes, user + system): ${(micros.reduce((a, m) => a + m!.micros, 0) / s.drainJobs).toFixed(0)} µs`]
+      : []
+    return { ops: s.drainJobs, ms, notes: [`per-process jobs: ${counts.join(", ")}`, ...cpuNote] }
   } finally {
     for (const w of workers) if (w.exitCode === null) w.kill("SIGKILL")
   }
@@ -132,11 +142,17 @@ const workerMain = async (c: PgContender, url: string) => {
   let go: () => void = () => {}
   let stop: () => Promise<void> = async () => {}
   const started = new Promise<void>((r) => (go = r))
+  let cpuAtGo: NodeJS.CpuUsage | undefined
   process.on("message", async (m: ToWorker) => {
-    if (m.t === "go") go()
+    if (m.t === "go") {
+      cpuAtGo = process.cpuUsage()
+      go()
+    }
     if (m.t === "stop") {
+      const cpu = process.cpuUsage(cpuAtGo)
       clearInterval(reporter)
       process.send!({ t: "count", n: count } satisfies FromWorker)
+      process.send!({ t: "cpu", micros: cpu.user + cpu.system } satisfies FromWorker)
       await stop()
       await session.close()
       process.exit(0)

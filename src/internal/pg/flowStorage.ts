@@ -14,7 +14,7 @@ import {
 import type { ResolvedLimits } from "../options.js"
 import type { Param, PgExecutor, Row } from "./executor.js"
 import type { Notifier } from "./notify.js"
-import { claimSetOf } from "./queueStorage.js"
+import { claimSetOf } from "./claimSql.js"
 import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
 
 /**

@@ -2,10 +2,11 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, type StatsRow } from "../engine.js"
 import type { Param, PgExecutor } from "./executor.js"
-import { decoded, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
+import { decoded, decodeError, int, intOrNull, jobColumns, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
 import type { FlowMemory, FlowOutcome } from "../flow.js"
 import { flowRoundOf } from "./flowInsert.js"
+import { claimSetOf, fencedRow } from "./claimSql.js"
 
 /**
  * Every statement of the PostgreSQL queue mechanism, for the tables of
@@ -16,24 +17,6 @@ import { flowRoundOf } from "./flowInsert.js"
  * work claimable notify in the same statement (`n.tail`), so the NOTIFY is
  * delivered on commit only.
  */
-/**
- * What a claim writes, as on SQLite: one CASE per column claims the row, or
- * moves a candidate met expired or with its attempts spent to dead. $1 is
- * now, $2 the worker. (Shared with flow control's claim, flowStorage.ts.)
- */
-export const claimSetOf = (jobs: string) => {
-  const gone = `((j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint) OR j.attempts >= j.max_attempts)`
-  return `UPDATE ${jobs} AS j SET
-    state = CASE WHEN ${gone} THEN 'dead' ELSE 'claimed' END,
-    last_error = CASE WHEN j.expires_at IS NOT NULL AND j.expires_at <= $1::bigint THEN 'expired'
-      WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded' ELSE j.last_error END,
-    died_at = CASE WHEN ${gone} THEN $1::bigint ELSE NULL END,
-    claimed_until = CASE WHEN ${gone} THEN NULL ELSE $1::bigint + j.visibility_timeout END,
-    worker_id = CASE WHEN ${gone} THEN NULL ELSE $2::text END,
-    attempts = CASE WHEN ${gone} THEN j.attempts ELSE j.attempts + 1 END,
-    claim_token = CASE WHEN ${gone} THEN j.claim_token ELSE j.claim_token + 1 END`
-}
-
 export const queueStatements = (s: string, n: Notifier) => {
   const jobs = `${s}.__alkstore_jobs`
   const columns = jobColumns()
@@ -123,7 +106,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     // token is still its own), so no row is both deleted and claimed. One row per claimed job, or a
     // single row of NULL job columns when none was; `acked` (0 or 1) on every row.
     ackAndClaim: `WITH done AS (
-        DELETE FROM ${jobs} WHERE id = $5::bigint AND claim_token = $6::bigint AND state = 'claimed' RETURNING id
+        DELETE FROM ${jobs} WHERE ${fencedRow("$5", "$6")} RETURNING id
       ), ${claimCtes("AND id <> $5::bigint")}, claimed AS (
         ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
         RETURNING ${jobColumns("j")}, ${lapsedColumn}
@@ -141,23 +124,23 @@ export const queueStatements = (s: string, n: Notifier) => {
         (SELECT min(run_at) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at > $2::bigint),
         (SELECT min(claimed_until) FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint)
       ) AS at`,
-    ack: `DELETE FROM ${jobs} WHERE id = $1::bigint AND claim_token = $2::bigint AND state = 'claimed' RETURNING id`,
+    ack: `DELETE FROM ${jobs} WHERE ${fencedRow("$1", "$2")} RETURNING id`,
     ackMany: `DELETE FROM ${jobs} AS j USING unnest($1::bigint[], $2::bigint[]) AS f(id, token)
-      WHERE j.id = f.id AND j.claim_token = f.token AND j.state = 'claimed' RETURNING j.id`,
+      WHERE j.id = f.id AND j.claim_token = f.token AND (j.state || '') = 'claimed' RETURNING j.id`,
     retry: `WITH w AS (UPDATE ${jobs}
         SET state = CASE WHEN $1::bigint > $2::bigint THEN 'scheduled' ELSE 'pending' END, run_at = $1::bigint,
           last_error = coalesce($3::text, last_error), claimed_until = NULL, worker_id = NULL
-        WHERE id = $4::bigint AND claim_token = $5::bigint AND state = 'claimed' RETURNING id, queue AS topic)
+        WHERE ${fencedRow("$4", "$5")} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(6)} FROM w`,
     bury: `UPDATE ${jobs}
       SET state = 'dead', died_at = $1::bigint, last_error = coalesce($2::text, last_error), claimed_until = NULL,
         worker_id = NULL
-      WHERE id = $3::bigint AND claim_token = $4::bigint AND state = 'claimed' RETURNING id`,
+      WHERE ${fencedRow("$3", "$4")} RETURNING id`,
     heartbeat: `UPDATE ${jobs} SET claimed_until = $1::bigint
-      WHERE id = $2::bigint AND claim_token = $3::bigint AND state = 'claimed' RETURNING id`,
+      WHERE ${fencedRow("$2", "$3")} RETURNING id`,
     release: `WITH w AS (UPDATE ${jobs}
         SET state = 'pending', attempts = greatest(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
-        WHERE id = $1::bigint AND claim_token = $2::bigint AND state = 'claimed' RETURNING id, queue AS topic)
+        WHERE ${fencedRow("$1", "$2")} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(3)} FROM w`,
     get: `SELECT ${columns} FROM ${jobs} WHERE id = $1::bigint AND queue = $2`,
     cancel: `DELETE FROM ${jobs} WHERE id = $1::bigint AND queue = $2 AND state <> 'dead' RETURNING id`,
@@ -319,17 +302,37 @@ export const makeQueueStorage = (
     memory.known(queue) ? limitedClaim(queue, workerId, now, limit) : claimRounds(queue, workerId, now, limit)
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
+  // The worker runs this once per job: the common outcome (every row returned is a claim, or none
+  // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
+  // docs/performance-pg.md).
   const ackAndClaim = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
-    Effect.gen(function*() {
-      const raw = yield* db.all<Record<string, unknown>>(
-        sql.ackAndClaim,
-        [now, workerId, queue, limit, fence.id, fence.token]
-      )
-      const [acked] = yield* decoded(Effect.succeed(raw.slice(0, 1)), (row) => int(row.acked, "acked") > 0)
-      if (raw[0]?.limited === true) return { acked: acked === true, rows: yield* limitedClaim(queue, workerId, now, limit) }
-      const first = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
-      return { acked: acked === true, rows: yield* claimRounds(queue, workerId, now, limit, first) }
-    })
+    Effect.flatMap(
+      db.all<Record<string, unknown>>(sql.ackAndClaim, [now, workerId, queue, limit, fence.id, fence.token]),
+      (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
+        let acked: boolean
+        const first: Array<JobRow> = []
+        let allClaimed = true
+        try {
+          acked = raw.length > 0 && int(raw[0]!.acked, "acked") > 0
+          if (raw[0]?.limited === true) {
+            return Effect.map(limitedClaim(queue, workerId, now, limit), (rows) => ({ acked, rows }))
+          }
+          for (const row of raw) {
+            if (row.id === null) continue
+            const decodedRow = claimedRow(row)
+            if (decodedRow.state !== "claimed") allClaimed = false
+            first.push(decodedRow)
+          }
+        } catch (cause) {
+          return Effect.fail(decodeError(cause))
+        }
+        if (allClaimed) {
+          if (first.length > 1) first.sort(claimOrder)
+          return Effect.succeed({ acked, rows: first })
+        }
+        return Effect.map(claimRounds(queue, workerId, now, limit, first), (rows) => ({ acked, rows }))
+      }
+    )
 
   const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
 

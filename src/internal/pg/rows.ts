@@ -10,7 +10,13 @@ import type { JobRow, LockRow, ScheduleRow } from "../engine.js"
  */
 export class UnsafeNumber extends Error {}
 
+/** Up to 15 digits: always below 2^53, so `Number` is exact and no round-trip check is needed. */
+const shortUnsigned = /^\d{1,15}$/
+
 export const int = (value: unknown, field: string): number => {
+  // The common case (ids, tokens, instants, counts as the driver sends them), checked once per column
+  // of every claimed row: no second regex, no string round trip.
+  if (typeof value === "string" && shortUnsigned.test(value)) return Number(value)
   const n = typeof value === "number"
     ? value
     : typeof value === "bigint"
@@ -30,6 +36,10 @@ export const int = (value: unknown, field: string): number => {
 export const intOrNull = (value: unknown, field: string): number | null =>
   value === null || value === undefined ? null : int(value, field)
 
+/** The `SqlError` of a row that failed to decode (e.g. an unsafe number). */
+export const decodeError = (cause: unknown) =>
+  new SqlError({ cause, message: `Failed to decode a row: ${String((cause as Error).message ?? cause)}` })
+
 /** Decodes rows with `decode`; an unsafe number is a `SqlError`. */
 export const decoded = <A>(
   rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>,
@@ -38,7 +48,7 @@ export const decoded = <A>(
   Effect.flatMap(rows, (raw) =>
     Effect.try({
       try: () => raw.map(decode),
-      catch: (cause) => new SqlError({ cause, message: `Failed to decode a row: ${String((cause as Error).message ?? cause)}` })
+      catch: decodeError
     }))
 
 /** The job columns every read selects (`payload` as the exact text stored, not parsed by the driver). */
