@@ -58,8 +58,9 @@ interface Sample {
   readonly cpuMicros: number
 }
 
-const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
-  const program = Effect.gen(function*() {
+/** The scenario's queue, its limits set and its jobs enqueued (spread over its groups). */
+const filled = (scenario: Scenario) =>
+  Effect.gen(function*() {
     const queues = yield* Queues.Queues
     if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
     const q = yield* queues.queue("bench")
@@ -68,6 +69,12 @@ const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
       const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
       yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
     }
+    return q
+  })
+
+const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
+  const program = Effect.gen(function*() {
+    const q = yield* filled(scenario)
     const loop = (n: number) =>
       Effect.gen(function*() {
         for (let i = 0; i < n; i++) {
@@ -89,17 +96,7 @@ const sample = async (scenario: Scenario, store: Store): Promise<Sample> => {
 /** A store's queue, filled as `sample` fills it, with its claim → ack loop as a runnable chunk. */
 const prepared = async (scenario: Scenario, store: Store) => {
   const runtime = ManagedRuntime.make(store)
-  const q = await runtime.runPromise(Effect.gen(function*() {
-    const queues = yield* Queues.Queues
-    if (scenario.limits !== undefined) yield* queues.setLimits("bench", scenario.limits)
-    const q = yield* queues.queue("bench")
-    const perGroup = Math.ceil(JOBS / scenario.groups)
-    for (let g = 0; g < scenario.groups; g++) {
-      const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
-      yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
-    }
-    return q
-  }) as Effect.Effect<Queues.Queue<unknown>>)
+  const q = await runtime.runPromise(filled(scenario) as Effect.Effect<Queues.Queue<unknown>>)
   const loop = (n: number) =>
     Effect.gen(function*() {
       for (let i = 0; i < n; i++) {

@@ -3,18 +3,21 @@
  * the view draws, redraws in place as the store changes, and stops cleanly
  * on Ctrl-C; and its JSON lines for scripts.
  */
-import { execFileSync, spawn } from "node:child_process"
+import { type ChildProcess, execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { cli, cliEntry, nodeArgv, seed, type Seeded, tempDir } from "./ops-support.js"
+import { cli, cliEntry, nodeArgv, seed, type Seeded, tempDir, watchJsonReadings } from "./ops-support.js"
 
 const dir = tempDir("watch")
 const socket = `alkstore-watch-${process.pid}`
 const tmux = (...args: ReadonlyArray<string>) => execFileSync("tmux", ["-L", socket, ...args], { encoding: "utf8" })
 const quote = (arg: string) => `'${arg.replace(/'/g, "'\\''")}'`
 
+const children: Array<ChildProcess> = []
+
 afterAll(() => {
+  for (const child of children) child.kill("SIGTERM")
   try {
     tmux("kill-server")
   } catch {
@@ -63,19 +66,8 @@ describe("alkstore watch", () => {
   })
 
   it("--json prints one reading per line (rates from the second on) and SIGINT ends it with exit 0", async () => {
-    const [cmd, ...args] = nodeArgv(cliEntry(), ["watch", "--db", file, "--interval", "200ms", "--json"])
-    const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
-    let out = ""
-    const lines = await new Promise<Array<string>>((resolve) =>
-      child.stdout.on("data", (d) => {
-        out += d
-        const complete = out.split("\n").filter((l) => l.trim() !== "")
-        if (complete.length >= 2 && out.endsWith("\n")) resolve(complete)
-      }))
-    const code = new Promise<number | null>((resolve) => child.on("close", resolve))
-    child.kill("SIGINT")
-    expect(await code).toBe(0)
-    const [first, second] = lines.map((l) => JSON.parse(l))
+    const { code, readings: [first, second] } = await watchJsonReadings(file, children)
+    expect(code).toBe(0)
     expect(first.rates).toBeNull()
     expect(second.rates).toEqual({ enqueuedPerSec: 0, completedPerSec: 0 })
     expect(second.queues.map((q: { name: string }) => q.name)).toEqual(["emails", "reports"])

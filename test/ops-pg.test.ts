@@ -7,10 +7,10 @@
  * The pages are the engine-free layer's; Chromium drives them in
  * test/dashboard.test.ts, so HTTP is enough here.
  */
-import { type ChildProcess, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { pgDatabaseUrl } from "./contract/harness.js"
-import { cli, cliEntry, dashboard, hostile, nodeArgv, seed, type Seeded } from "./ops-support.js"
+import { cli, dashboard, hostile, seed, type Seeded, watchJsonReadings } from "./ops-support.js"
 
 const children: Array<ChildProcess> = []
 afterAll(() => {
@@ -62,20 +62,8 @@ describe("operator tools on PostgreSQL", () => {
   })
 
   it("watch --json reads the store on a schedule (rates from the second reading) until SIGINT, exit 0", async () => {
-    const [cmd, ...args] = nodeArgv(cliEntry(), ["watch", "--db", url, "--interval", "200ms", "--json"])
-    const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
-    children.push(child)
-    let out = ""
-    const lines = await new Promise<Array<string>>((resolve) =>
-      child.stdout.on("data", (d) => {
-        out += d
-        const complete = out.split("\n").filter((l) => l.trim() !== "")
-        if (complete.length >= 2 && out.endsWith("\n")) resolve(complete)
-      }))
-    const code = new Promise<number | null>((resolve) => child.on("close", resolve))
-    child.kill("SIGINT")
-    expect(await code).toBe(0)
-    const [first, second] = lines.map((l) => JSON.parse(l))
+    const { code, readings: [first, second] } = await watchJsonReadings(url, children)
+    expect(code).toBe(0)
     expect(first.rates).toBeNull()
     expect(second.rates).toEqual({ enqueuedPerSec: 0, completedPerSec: 0 })
     expect(second.queues.map((q: { name: string }) => q.name)).toEqual(["emails", "reports"])

@@ -109,4 +109,25 @@ export const seed = async (file: string): Promise<Seeded> => {
   return JSON.parse(ran.stdout) as Seeded
 }
 
+/**
+ * `alkstore watch --json` on `db` until it printed two readings, then SIGINT:
+ * its exit code and the readings, parsed. `children` gets the process (to be
+ * killed if the test fails first).
+ */
+export const watchJsonReadings = async (db: string, children: Array<ChildProcess>) => {
+  const [cmd, ...args] = nodeArgv(cliEntry(), ["watch", "--db", db, "--interval", "200ms", "--json"])
+  const child = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] })
+  children.push(child)
+  let out = ""
+  const lines = await new Promise<Array<string>>((resolve) =>
+    child.stdout.on("data", (d) => {
+      out += d
+      const complete = out.split("\n").filter((l) => l.trim() !== "")
+      if (complete.length >= 2 && out.endsWith("\n")) resolve(complete)
+    }))
+  const code = new Promise<number | null>((resolve) => child.on("close", resolve))
+  child.kill("SIGINT")
+  return { code: await code, readings: lines.map((l) => JSON.parse(l)) }
+}
+
 export { hostile } from "./fixtures/hostile.js"
