@@ -207,13 +207,15 @@ describe("PostgreSQL waking", () => {
       const { layer, proxy } = yield* throughProxy(filename, { listenHeartbeat: "10 seconds" })
       yield* Effect.gen(function*() {
         expect(yield* notifiedTake(filename, "backoff")).toEqual({ n: 1 })
+        // a healthy connection is lost (one lost sooner would continue the curve instead of starting it)
+        yield* Effect.sleep(`${healthyAfterMillis + 200} millis`)
         proxy.mode("refuse") // the server is unreachable for the listener: every attempt fails at once
         const since = proxy.accepts.length
         yield* killListeners
         yield* Effect.sleep("2500 millis")
         const attempts = proxy.accepts.slice(since)
         const gaps = attempts.slice(1).map((at, i) => at - attempts[i]!)
-        // 100 ms doubling, jittered: about 5 tries in 2.5 s, waits of about 100, 200, 400, 800 ms
+        // at once, then 100 ms doubling, jittered: about 5 tries in 2.5 s, waits of about 100, 200, 400, 800 ms
         // (a retry loop without a backoff would have made hundreds)
         expect(attempts.length).toBeGreaterThanOrEqual(4)
         expect(attempts.length).toBeLessThanOrEqual(7)
