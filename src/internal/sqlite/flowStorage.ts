@@ -16,7 +16,7 @@ import {
 } from "../flow.js"
 import type { ResolvedLimits } from "../options.js"
 import type { DirectConnection, Executor, Param } from "./executor.js"
-import { claimSet, jobColumns, numbered, rowOf, sql as queueSql } from "./queueStatements.js"
+import { byLiteral, claimSet, jobColumns, numbered, rowOf, sql as queueSql } from "./queueStatements.js"
 
 /**
  * Flow control's SQL on SQLite (docs/flow-control.md). Every limited claim
@@ -43,16 +43,6 @@ const groupAheadOf = (cap: number) => `(SELECT count(*) FROM (SELECT 1 FROM __al
 const groupInFlight = `(SELECT count(*) FROM __alkstore_jobs
     WHERE queue = ?1 AND group_key = ?2 AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ?5)`
 const groupLast = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ?1 AND scope = '#' || ?2)`
-
-/** A statement text per literal, written once. */
-const byLiteral = <K>(make: (k: K) => ReturnType<typeof numbered>) => {
-  const made = new Map<K, ReturnType<typeof numbered>>()
-  return (k: K) => {
-    let statement = made.get(k)
-    if (statement === undefined) made.set(k, statement = make(k))
-    return statement
-  }
-}
 
 const sql = {
   limits: `SELECT ${limitsColumns} FROM __alkstore_flow_limits WHERE queue = ?`,

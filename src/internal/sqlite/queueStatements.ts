@@ -180,24 +180,21 @@ export const claimedRowOfObject = (queue: string, workerId: string, now: number)
     r.trace_context
   )
 
+/** An insert's columns, up to its last value (flow control's round: a subquery, or NULL). */
+const insertInto = `INSERT INTO __alkstore_jobs
+    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
+     created_at, trace_context, ${flowInsertColumns})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, `
+
 /** Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by position). */
 export const sql = {
-  insert: `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context, ${flowInsertColumns})
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})`,
+  insert: `${insertInto}${flowInsertValues})`,
   // A batch's insert when its queue has no limits (read under the same write lock): no round, no probe per row.
-  insertUnlimited: `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context, ${flowInsertColumns})
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+  insertUnlimited: `${insertInto}?, NULL)`,
   hasLimits: `SELECT 1 FROM __alkstore_flow_limits WHERE queue = ?`,
   // With a key, a live job holding it wins: nothing is written and its id is looked up
   // (unless that holder has expired: `expireKeyHolder` sweeps it, and the insert runs again).
-  insertKeyed: `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context, ${flowInsertColumns})
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${flowInsertValues})
+  insertKeyed: `${insertInto}${flowInsertValues})
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
@@ -295,38 +292,6 @@ export const readinessSql = numbered(sql.readiness)
 export const claimSql = { lapsed: numbered(sql.claim), pending: numbered(sql.claimPending) }
 export const claimManySql = { lapsed: numbered(sql.claimMany), pending: numbered(sql.claimManyPending) }
 
-/**
- * A batch claim's statements with its row count written in as a literal. A
- * bound `LIMIT ?` makes SQLite re-prepare the statement at every bind (its
- * planner reads the bound limit, and a statement whose plan read a parameter
- * expires when it is bound again), which cost a batch claim more than its
- * own run. One statement per count, for the first `LITERAL_LIMITS` counts
- * met (a worker asks for the same few sizes; later rounds of a claim that
- * met buried rows ask for fewer): beyond them, the bound form, so an
- * application that asks for every size does not grow the statement cache.
- */
-const LITERAL_LIMITS = 32
-const literalClaims = new Map<number, {
-  readonly lapsed: ReturnType<typeof numbered>
-  readonly pending: ReturnType<typeof numbered>
-  readonly lapsedCandidates: ReturnType<typeof numbered>
-}>()
-export const batchClaimSql = (wanted: number) => {
-  let made = literalClaims.get(wanted)
-  if (made === undefined) {
-    if (literalClaims.size >= LITERAL_LIMITS) {
-      return { lapsed: claimManySql.lapsed, pending: claimManySql.pending, lapsedCandidates: lapsedCandidatesSql }
-    }
-    const limit = String(wanted)
-    made = {
-      lapsed: numbered(`${claimSet} WHERE id IN (${candidates(limit, true)}) RETURNING ${claimedColumns}`),
-      pending: numbered(`${claimSet} WHERE id IN (${candidates(limit, false)}) RETURNING ${claimedColumns}`),
-      lapsedCandidates: numbered(sql.lapsedCandidates.replace("LIMIT ?4", `LIMIT ${limit}`))
-    }
-    literalClaims.set(wanted, made)
-  }
-  return made
-}
 
 /**
  * The statements a claim runs, exported for the query-plan test (the claim
@@ -352,6 +317,42 @@ export const minOf = (a: number | null, b: number | null) => (a === null ? b : b
 export const expireSql = numbered(sql.expire)
 export const expiringSql = numbered(sql.expiring)
 export const lapsedCandidatesSql = numbered(sql.lapsedCandidates)
+
+/**
+ * A statement (or a set of them) per literal value, written once. With
+ * `bounded`, only the first `cap` values get their own; later ones get
+ * `otherwise`, so a caller that names every value does not grow the
+ * statement cache.
+ */
+export const byLiteral = <K, V>(make: (k: K) => V, bounded?: { readonly cap: number; readonly otherwise: V }) => {
+  const made = new Map<K, V>()
+  return (k: K): V => {
+    let value = made.get(k)
+    if (value === undefined) {
+      if (bounded !== undefined && made.size >= bounded.cap) return bounded.otherwise
+      made.set(k, value = make(k))
+    }
+    return value
+  }
+}
+
+/**
+ * A batch claim's statements with its row count written in as a literal. A
+ * bound `LIMIT ?` makes SQLite re-prepare the statement at every bind (its
+ * planner reads the bound limit, and a statement whose plan read a parameter
+ * expires when it is bound again), which cost a batch claim more than its
+ * own run. One set per count for the first 32 counts met (a worker asks for
+ * the same few sizes; later rounds of a claim that met buried rows ask for
+ * fewer); beyond them, the bound forms.
+ */
+export const batchClaimSql = byLiteral((wanted: number) => {
+  const limit = String(wanted)
+  return {
+    lapsed: numbered(`${claimSet} WHERE id IN (${candidates(limit, true)}) RETURNING ${claimedColumns}`),
+    pending: numbered(`${claimSet} WHERE id IN (${candidates(limit, false)}) RETURNING ${claimedColumns}`),
+    lapsedCandidates: numbered(sql.lapsedCandidates.replace("LIMIT ?4", `LIMIT ${limit}`))
+  }
+}, { cap: 32, otherwise: { lapsed: claimManySql.lapsed, pending: claimManySql.pending, lapsedCandidates: lapsedCandidatesSql } })
 export const expireKeyHolderSql = numbered(sql.expireKeyHolder)
 export const requeueExpireHolderSql = numbered(sql.requeueExpireHolder)
 export const requeueDeadSql = numbered(sql.requeueDead)
