@@ -41,10 +41,26 @@ const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
  */
 export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
 
+/**
+ * Claims up to `n` now, without a worker id check, a span or waiting (for a
+ * caller that gathers the claims of many takes into one: EffectStores'
+ * claim coalescing). Internal, as `takeWithin`.
+ */
+export const claimWithin: unique symbol = Symbol.for("alkstore/Queue/claimWithin")
+
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 
+/** How a waiting take claims one element when it looks: `[]` when there was none for it. */
+export type ClaimOne<A> = Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError>
+
 export interface QueueInternals<A> {
-  readonly [takeWithin]: (workerId: string, restore: Restore) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
+  /** `claimOne` replaces the take's own claim of one (coalescing callers pass theirs). */
+  readonly [takeWithin]: (
+    workerId: string,
+    restore: Restore,
+    claimOne?: ClaimOne<A>
+  ) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
+  readonly [claimWithin]: (workerId: string, n: number) => Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError>
 }
 
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
@@ -112,7 +128,8 @@ export const makeQueue = <A>(
     workerId: string,
     n: number,
     restore: Restore,
-    claimAtOnce = false
+    claimAtOnce = false,
+    claim: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> = claimUpTo(workerId, n)
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
     const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
@@ -127,7 +144,7 @@ export const makeQueue = <A>(
               (flow.memory.known(name)
                 ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
                 : yield* storage.hasClaimable(name, at))
-            const handles = look ? yield* claimUpTo(workerId, n) : []
+            const handles = look ? yield* claim : []
             if (handles.length > 0) {
               ticket.cancel()
               engine.wake.signal(name, 1) // pass the baton: there may be more
@@ -151,7 +168,7 @@ export const makeQueue = <A>(
     if (!claimAtOnce) return round("changed")
     // Claiming at once skips the ticket and the read before the claim (a drain's every take is a first
     // round); it costs an idle take one claim that finds nothing, once, before it waits as ever.
-    return Effect.flatMap(claimUpTo(workerId, n), (handles) => {
+    return Effect.flatMap(claim, (handles) => {
       if (handles.length === 0) return round("changed")
       engine.wake.signal(name, 1) // pass the baton: there may be more
       return Effect.succeed(handles)
@@ -251,10 +268,17 @@ export const makeQueue = <A>(
     handlesOf: (x: X) => ReadonlyArray<ClaimHandle<A>>
   ) => traced("alkstore.queue.claim", claimAttributes(workerId), effect, (x, span) => claimOutcome(handlesOf(x), span))
 
-  const takeUnder = (workerId: string, restore: Restore, claimAtOnce = false) =>
+  const takeUnder = (workerId: string, restore: Restore, claimAtOnce = false, claimOne?: ClaimOne<A>) =>
     Effect.zipRight(
       checkWorker(workerId),
-      claimTraced(workerId, Effect.map(takeUpTo(workerId, 1, restore, claimAtOnce), (handles) => handles[0]!), (handle) => [handle])
+      claimTraced(
+        workerId,
+        Effect.map(
+          takeUpTo(workerId, 1, restore, claimAtOnce, claimOne as Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> | undefined),
+          (handles) => handles[0]!
+        ),
+        (handle) => [handle]
+      )
     )
 
   return {
@@ -331,7 +355,8 @@ export const makeQueue = <A>(
         })
       }),
     take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
-    [takeWithin]: (workerId, restore) => takeUnder(workerId, restore, true),
+    [takeWithin]: (workerId, restore, claimOne) => takeUnder(workerId, restore, true, claimOne),
+    [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
     process,
     ...makeInspection<A>(engine, name, freed)
