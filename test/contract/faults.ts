@@ -10,7 +10,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-type Event = "INSERT" | "UPDATE"
+type Event = "INSERT" | "UPDATE" | "DELETE"
 
 const dialectSql = (statements: { readonly sqlite: ReadonlyArray<string>; readonly pg: ReadonlyArray<string> }) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -26,15 +26,19 @@ const dialectSql = (statements: { readonly sqlite: ReadonlyArray<string>; readon
       { discard: true }
     ))
 
-/** While `effect` runs, every `event` statement on `table` fails with a `SqlError` ("storage down"). */
-export const failing = (table: string, event: Event) => {
+/**
+ * While `effect` runs, every `event` statement on `table` fails with a `SqlError` ("storage down"); with `when`
+ * (a row condition both dialects read, e.g. `OLD.id = 7`), only those on the rows it holds for.
+ */
+export const failing = (table: string, event: Event, when?: string) => {
   const name = `test_fault_${table}_${event.toLowerCase()}`
+  const condition = when === undefined ? "" : ` WHEN (${when})`
   return {
     start: dialectSql({
-      sqlite: [`CREATE TRIGGER ${name} BEFORE ${event} ON ${table} BEGIN SELECT RAISE(ABORT, 'storage down'); END`],
+      sqlite: [`CREATE TRIGGER ${name} BEFORE ${event} ON ${table}${condition} BEGIN SELECT RAISE(ABORT, 'storage down'); END`],
       pg: [
         `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'storage down'; END $$`,
-        `CREATE TRIGGER ${name} BEFORE ${event} ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}()`
+        `CREATE TRIGGER ${name} BEFORE ${event} ON ${table} FOR EACH ROW${condition} EXECUTE FUNCTION ${name}()`
       ]
     }),
     stop: dialectSql({
