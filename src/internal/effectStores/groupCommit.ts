@@ -110,12 +110,18 @@ export const makeGroupCommit = <I, O, E>(
     })
 
   const submit = (input: I, alone?: Effect.Effect<O, E>): Effect.Effect<O, E> =>
-    Effect.uninterruptible(Effect.suspend((): Effect.Effect<O, E> => {
+    Effect.suspend((): Effect.Effect<O, E> => {
       const gathering = !busy && gather()
       if (!busy && !gathering) {
         lastBatch = 1
+        // The caller's own effect, in the caller's own region (no bookkeeping to protect).
         if (alone !== undefined) return alone
       }
+      return Effect.uninterruptible(queued(input, gathering))
+    })
+
+  const queued = (input: I, gathering: boolean): Effect.Effect<O, E> =>
+    Effect.suspend((): Effect.Effect<O, E> => {
       const request = new Request(input)
       waiting.push(request)
       if (!busy) {
@@ -126,7 +132,7 @@ export const makeGroupCommit = <I, O, E>(
         request.next,
         (outcome): Effect.Effect<O, E> => (outcome === lead ? Effect.flatten(serveBatch(request)) : outcome)
       )
-    }))
+    })
 
   return { submit }
 }

@@ -174,7 +174,7 @@ const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore, c
 }
 
 /** A lone claim or settle yields to gather others every this many times, when no other take is known around. */
-const gatherProbe = 16
+const gatherProbe = 32
 
 /** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
 const claimBatchMax = 100
@@ -196,20 +196,22 @@ const coalescedClaim = (
 ): ClaimOne<Stored> | undefined => {
   const claimUpTo = (queue as Partial<QueueInternals<Stored>>)[claimWithin]
   if (claimUpTo === undefined) return undefined
-  const group = makeGroupCommit<void, Q.JobHandle<Stored> | undefined, SqlError>(
+  const none: ReadonlyArray<Q.JobHandle<Stored>> = []
+  const group = makeGroupCommit<void, ReadonlyArray<Q.JobHandle<Stored>>, SqlError>(
     (takes) =>
       Effect.map(
         Effect.exit(claimUpTo(workerId, takes.length)),
         (claimed) =>
           takes.map((_, i) =>
-            Exit.isSuccess(claimed) ? Exit.succeed(claimed.value[i]) : Exit.failCause(claimed.cause)
+            Exit.isSuccess(claimed)
+              ? Exit.succeed(i < claimed.value.length ? [claimed.value[i]!] : none)
+              : Exit.failCause(claimed.cause)
           )
       ),
     claimBatchMax,
     { othersAround, probeEvery: gatherProbe }
   )
-  const alone = Effect.map(claimUpTo(workerId, 1), (handles) => handles[0])
-  return Effect.map(group.submit(undefined, alone), (handle) => (handle === undefined ? [] : [handle]))
+  return group.submit(undefined, claimUpTo(workerId, 1))
 }
 
 /** A claim's settlement: ack, release, retry or bury. */
