@@ -79,6 +79,29 @@ export const persistedQueueCoalescingContract = (engine: EngineUnderTest) =>
         expect(yield* stats("interrupted-batch")).toMatchObject({ pending: kept, claimed: 0, dead: 0 })
       })), 60_000)
 
+    it.effect("a take inside the application's transaction never shares its claim or ack with other takes", () =>
+      run(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const queue = yield* PersistedQueue.make({ name: "in-transaction", schema: Item })
+        yield* offerAll(queue, 2)
+        const gate = yield* Deferred.make<void>()
+        const heldOutside = yield* Deferred.make<void>()
+        const heldInside = yield* Deferred.make<void>()
+        const hold = (held: Deferred.Deferred<void>) => () => Effect.zipRight(Deferred.succeed(held, undefined), Deferred.await(gate))
+        const outside = yield* Effect.fork(queue.take(hold(heldOutside)))
+        yield* Deferred.await(heldOutside)
+        const inside = yield* Effect.fork(
+          sql.withTransaction(Effect.zipRight(queue.take(hold(heldInside)), Effect.fail("abort" as const)))
+        )
+        yield* Deferred.await(heldInside)
+        // Both handlers end together. Shared, the outside take's ack would roll back with the transaction.
+        yield* Deferred.succeed(gate, undefined)
+        yield* Fiber.join(outside)
+        expect(yield* Effect.flip(Fiber.join(inside))).toBe("abort")
+        // The outside take's element is acked; the inside one's claim rolled back with its transaction.
+        expect(yield* stats("in-transaction")).toMatchObject({ pending: 1, claimed: 0, dead: 0 })
+      })), 30_000)
+
     it.effect("an ack that fails in a shared settle fails its own take with a PersistedQueueError; the others commit", () =>
       run(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

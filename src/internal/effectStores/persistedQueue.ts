@@ -1,4 +1,5 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
+import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
@@ -176,6 +177,17 @@ const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore, c
 /** A lone claim or settle yields to gather others every this many times, when no other take is known around. */
 const gatherProbe = 32
 
+/**
+ * `own` where the fiber is inside a transaction (a take run in the
+ * application's `sql.withTransaction`), `shared` otherwise. A shared batch
+ * runs in its leader's fiber: led from inside a transaction, the other
+ * takes' claims and acks would commit or roll back with the application's
+ * work (and on SQLite, waiting behind it for the connection, deadlock).
+ * Inside one, a take's claim and settle join that transaction, as ever.
+ */
+const ownTransactionOr = <A, E>(own: Effect.Effect<A, E>, shared: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  Effect.withFiberRuntime((fiber) => (fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key) ? own : shared))
+
 /** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
 const claimBatchMax = 100
 
@@ -211,7 +223,8 @@ const coalescedClaim = (
     claimBatchMax,
     { othersAround, probeEvery: gatherProbe }
   )
-  return group.submit(undefined, claimUpTo(workerId, 1))
+  const alone = claimUpTo(workerId, 1)
+  return ownTransactionOr(alone, group.submit(undefined, alone))
 }
 
 /** A claim's settlement: ack, release, retry or bury. */
@@ -284,7 +297,7 @@ const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | Sql
 
 /** A settlement through the group commit (directly when it would be alone). */
 const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  settles.submit(settlement, settlement)
+  ownTransactionOr(settlement, settles.submit(settlement, settlement))
 
 /** A settlement that is not a take's own (burying on the way, a release for an interruption): a failure is logged. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
