@@ -131,19 +131,17 @@ export const makeQueue = <A>(
     claimAtOnce = false,
     claim: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> = claimUpTo(workerId, n)
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
-    const round = (reason: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
+    const round = (): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
           Effect.gen(function*() {
             const at = yield* now
-            // A signal from this process means work is there: claim at once. Any
-            // other wake asks with a read first, so idle waiters never write; on a
-            // queue seen limited that read is the flow walk's (docs/flow-control.md).
+            // Asks with a read first, so idle waiters never write; on a queue seen
+            // limited that read is the flow walk's (docs/flow-control.md).
             let probe: FlowProbe | undefined
-            const look = reason === "signalled" ||
-              (flow.memory.known(name)
-                ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
-                : yield* storage.hasClaimable(name, at))
+            const look = flow.memory.known(name)
+              ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
+              : yield* storage.hasClaimable(name, at)
             const handles = look ? yield* claim : []
             if (handles.length > 0) {
               ticket.cancel()
@@ -163,16 +161,23 @@ export const makeQueue = <A>(
             })
             return yield* restore(ticket.wait(wakeAfter))
           })),
-        (outcome) => typeof outcome === "string" ? round(outcome) : Effect.succeed(outcome)
+        // A signal from this process means work is there: claim at once; any other wake reads first.
+        (outcome: WakeReason | ReadonlyArray<ClaimHandle<A>>) =>
+          typeof outcome !== "string" ? Effect.succeed(outcome) : outcome === "signalled" ? atOnce : round()
       )
-    if (!claimAtOnce) return round("changed")
-    // Claiming at once skips the ticket and the read before the claim (a drain's every take is a first
-    // round); it costs an idle take one claim that finds nothing, once, before it waits as ever.
-    return Effect.flatMap(claim, (handles) => {
-      if (handles.length === 0) return round("changed")
-      engine.wake.signal(name, 1) // pass the baton: there may be more
-      return Effect.succeed(handles)
-    })
+    // Claiming at once skips the ticket and the read before the claim: a drain's every take is a first
+    // round, and a wait signalled from this process means work is there. No ticket is needed while
+    // claiming, only before a wait: a claim that finds nothing takes a ticket in `round` and reads
+    // again before it waits, so a signal meanwhile is not lost (it costs such a take one more read).
+    const atOnce: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> = Effect.flatMap(
+      claim,
+      (handles) => {
+        if (handles.length === 0) return round()
+        engine.wake.signal(name, 1) // pass the baton: there may be more
+        return Effect.succeed(handles)
+      }
+    )
+    return claimAtOnce ? atOnce : round()
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */

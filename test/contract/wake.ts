@@ -89,6 +89,23 @@ export const wakeContract = (engine: EngineUnderTest) =>
         yield* Effect.forEach(takers, Fiber.interrupt)
       }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
 
+    // A signalled waiter claims at once, without a ticket: when another taker got there first, it
+    // must take a ticket and wait again, and the next enqueue must still reach it.
+    it.live("a signalled waiter that finds its job taken waits again and takes the next one", () =>
+      Effect.gen(function*() {
+        const queue = yield* (yield* Queues.Queues).queue("stolen")
+        const taker = yield* Effect.fork(queue.take("waiter"))
+        yield* Effect.sleep("30 millis")
+        // No yield between the two: the woken taker runs only after the other claim took the job.
+        const first = yield* Effect.zipRight(queue.enqueue({ n: 1 }), queue.claim("thief"))
+        expect(Option.map(first, (handle) => handle.job.payload)).toEqual(Option.some({ n: 1 }))
+        yield* Effect.sleep("50 millis")
+        expect(Option.isNone(yield* Fiber.poll(taker))).toBe(true)
+        yield* queue.enqueue({ n: 2 })
+        const handle = yield* Fiber.join(taker).pipe(Effect.timeout("2 seconds"))
+        expect(handle.job.payload).toEqual({ n: 2 })
+      }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
+
     it.live("interrupting process releases in-flight claims without spending an attempt", () =>
       Effect.gen(function*() {
         const queue = yield* (yield* Queues.Queues).queue("shutdown")

@@ -27,12 +27,18 @@ export interface WatcherOptions {
 }
 
 /**
- * How many turns of the event loop an event that found no new commit keeps
- * looking (a few µs each). Bounded by turns, not time: on a busy two-core
- * machine a longer spin takes the CPU from the very writer it waits for
- * (1 ms of spinning made the other process's enqueue 0.25 → 1.1 ms).
+ * How long after a WAL write event that found no new commit the watcher
+ * keeps looking, one look per turn of the event loop (1–3 µs each). A commit
+ * writes its frames over 50–250 µs and becomes visible 20–150 µs after its
+ * last write, with no event of its own: 32 turns (~60 µs) ran out before it
+ * in most cross-process samples, and the wake then waited the 1 ms follow-up
+ * timer (p50 1.27 ms against raw's 1 ms poller's 0.60). Counted from the
+ * latest event, so a writer still writing keeps it going; capped in turns,
+ * so a slow machine does not spin for long: 1 ms of spinning took the CPU
+ * from the very writer it waited for on a loaded two-core machine.
  */
-const SPIN_TURNS = 32
+const SPIN_MILLIS = 0.4
+const SPIN_TURNS_MAX = 256
 /** Events this soon after a look found a new commit are that commit's later writes. */
 const SEEN_MILLIS = 2
 
@@ -94,10 +100,10 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         // A WAL write is seen before the commit that makes it visible (the
         // wal-index in shared memory moves last, without an event), and a
         // waiting process reads the event within microseconds, so the first
-        // look often finds nothing new. It looks again on the next
-        // `SPIN_TURNS` turns of the event loop (`setImmediate`) — a commit is
-        // visible tens of µs after its last WAL write — then on 1 ms timers a
-        // few times. (Timers alone put half the cross-process wakes a whole
+        // look often finds nothing new. It looks again on every turn of the
+        // event loop (`setImmediate`) until `SPIN_MILLIS` after the latest
+        // event (at most `SPIN_TURNS_MAX` turns), then on 1 ms timers a few
+        // times. (Timers alone put half the cross-process wakes a whole
         // timer tick, 1–1.5 ms, behind the commit.) The immediate stays
         // referenced: an unreferenced one does not keep the poll phase from
         // blocking, and would wait for the next timer.
@@ -105,6 +111,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         let followUp: NodeJS.Timeout | undefined
         let spin: NodeJS.Immediate | undefined
         let spins = 0
+        let spinUntil = 0
         let seenAt = Number.NEGATIVE_INFINITY
         const onEvent = () => {
           followUp = undefined
@@ -116,7 +123,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             seenAt = performance.now()
             return
           }
-          if (spins-- > 0) spin = setImmediate(onEvent)
+          if (spins-- > 0 && performance.now() < spinUntil) spin = setImmediate(onEvent)
           else if (followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
         }
         // The watch runs only while somebody waits (and a second after): every
@@ -143,7 +150,8 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
               // The later writes of a commit just seen do not spin: each look takes
               // a read lock, and a writer restarting the WAL waits out readers.
               const at = performance.now()
-              spins = at - seenAt < SEEN_MILLIS ? 0 : SPIN_TURNS
+              spins = at - seenAt < SEEN_MILLIS ? 0 : SPIN_TURNS_MAX
+              spinUntil = at + SPIN_MILLIS
               if (spin !== undefined) return
               if (followUp !== undefined) clearTimeout(followUp)
               onEvent()
