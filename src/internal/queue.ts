@@ -16,7 +16,7 @@ import {
 import { type ClaimHandle, makeHandles } from "./handle.js"
 import { attr, inSpan, queueMetrics, traced, traceparentOf, tracing } from "./telemetry.js"
 import type { PayloadCodec } from "./payload.js"
-import type { WakeReason } from "./wake.js"
+import type { Quiet, WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
@@ -123,25 +123,36 @@ export const makeQueue = <A>(
    * interruptible (`restore`): a claim that took rows always returns them.
    * Each round holds its ticket only while it runs, so a round that fails
    * (a storage error after the ticket was taken) leaves none behind.
+   *
+   * `quietSince`: the wake hub's generation of this queue taken just before
+   * a claim at `at` that found nothing (the worker's fused ack + claim). When it has
+   * not moved by the time this round holds its ticket, nothing committed
+   * after that claim's snapshot has been announced, and anything announced
+   * from now on wakes the ticket: the claim was this round's read, and the
+   * round goes straight to its wait (one round trip fewer between a job and
+   * the worker's readiness for the next; docs/performance-pg.md).
    */
   const takeUpTo = (
     workerId: string,
     n: number,
     restore: Restore,
     claimAtOnce = false,
-    claim: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> = claimUpTo(workerId, n)
+    claim: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> = claimUpTo(workerId, n),
+    quietSince?: Quiet
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
-    const round = (): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
+    const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
           Effect.gen(function*() {
             const at = yield* now
             // Asks with a read first, so idle waiters never write; on a queue seen
             // limited that read is the flow walk's (docs/flow-control.md).
+            // A claim that just found nothing, with no signal since, is that read.
             let probe: FlowProbe | undefined
-            const look = flow.memory.known(name)
+            const unchanged = quiet !== undefined && !flow.memory.known(name) && engine.wake.generation(name) === quiet.generation
+            const look = !unchanged && (flow.memory.known(name)
               ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
-              : yield* storage.hasClaimable(name, at)
+              : yield* storage.hasClaimable(name, at))
             const handles = look ? yield* claim : []
             if (handles.length > 0) {
               ticket.cancel()
@@ -152,7 +163,8 @@ export const makeQueue = <A>(
             if (probe === undefined && flow.memory.known(name)) probe = yield* flow.probe(name, at)
             const reopenAt = probe?.reopenAt ?? null
             const deadline = Option.map(
-              yield* storage.nextDeadline(name, at),
+              // Deadlines from the claim's own time: one that fell due since is waited for 0 ms.
+              yield* storage.nextDeadline(name, unchanged ? quiet.at : at),
               (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
             ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const wakeAfter = Option.match(deadline, {
@@ -177,7 +189,7 @@ export const makeQueue = <A>(
         return Effect.succeed(handles)
       }
     )
-    return claimAtOnce ? atOnce : round()
+    return claimAtOnce ? atOnce : round(quietSince)
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */

@@ -24,6 +24,13 @@ export interface WakeHub {
   readonly withTicket: <A, E, R>(topic: string, use: (ticket: Ticket) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   readonly fail: (error: DatabaseReplaced) => void
   readonly onWaiting: (listener: (waiting: boolean) => void) => void
+  /**
+   * How many signals `topic` has had (`signalAll` and `fail` count for every
+   * topic), waiters or not: a reader that took this before a claim found
+   * nothing knows, when it has not moved, that nothing committed since was
+   * announced in this process (docs/performance-pg.md, "The idle worker").
+   */
+  readonly generation: (topic: string) => number
 }
 
 /**
@@ -32,6 +39,12 @@ export interface WakeHub {
  * commit (maybe), or `timeout`.
  */
 export type WakeReason = "signalled" | "changed" | "timeout"
+
+/** A claim of a queue that found nothing: the topic's `generation` just before it, and its time. */
+export interface Quiet {
+  readonly generation: number
+  readonly at: number
+}
 
 export interface Ticket {
   /**
@@ -49,6 +62,9 @@ export const makeWakeHub = (): WakeHub => {
   const listeners: Array<(waiting: boolean) => void> = []
   let failure: DatabaseReplaced | undefined
   let waiting = 0
+  // Signals per topic, and those that concern every topic; topics are queue (and lock) names: bounded.
+  const generations = new Map<string, number>()
+  let everyTopic = 0
 
   const track = (delta: number) => {
     const before = waiting > 0
@@ -57,6 +73,7 @@ export const makeWakeHub = (): WakeHub => {
   }
 
   const wake = (topic: string, count: number, reason: WakeReason) => {
+    if (reason === "signalled") generations.set(topic, (generations.get(topic) ?? 0) + 1)
     const tickets = topics.get(topic)
     if (tickets === undefined) return
     for (const deferred of tickets) {
@@ -115,16 +132,19 @@ export const makeWakeHub = (): WakeHub => {
   return {
     signal: (topic, count = 1) => wake(topic, count, "signalled"),
     signalAll: () => {
+      everyTopic++
       for (const topic of [...topics.keys()]) wake(topic, 1, "changed")
     },
     fail: (error) => {
       failure = error
+      everyTopic++
       for (const topic of [...topics.keys()]) wake(topic, Number.MAX_SAFE_INTEGER, "changed")
     },
     withTicket: (topic, use) =>
       Effect.acquireUseRelease(Effect.sync(() => ticket(topic)), use, (taken) => Effect.sync(taken.cancel)),
     onWaiting: (listener) => {
       listeners.push(listener)
-    }
+    },
+    generation: (topic) => everyTopic + (generations.get(topic) ?? 0)
   }
 }

@@ -7,6 +7,7 @@ import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { positiveCount, validateText } from "./options.js"
 import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
+import type { Quiet } from "./wake.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -28,7 +29,10 @@ export interface WorkerParts<A> {
   readonly takeUpTo: (
     workerId: string,
     n: number,
-    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+    restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>,
+    claimAtOnce?: boolean,
+    claim?: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError>,
+    quietSince?: Quiet
   ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
 }
 
@@ -42,13 +46,25 @@ export const makeProcess = <A>(
   { engine, metrics: m, name, processSpan, takeUpTo, toHandles }: WorkerParts<A>
 ): Q.Queue<A>["process"] => {
   const storage = engine.queues
-  const nextOf = (rows: ReadonlyArray<JobRow>, at: number) =>
+  const nextOfRows = (rows: ReadonlyArray<JobRow>, at: number) =>
     Effect.map(toHandles(rows, at), ({ handles }) => Option.fromNullable(handles[0]))
 
   // A worker's step between two jobs: in place where the engine can (one effect), else as effects.
-  const ackThenClaim = (handle: ClaimHandle<A>, workerId: string, onAck?: (acked: boolean) => void) =>
+  // When it claims nothing, `onEmpty` gets the wake hub's generation from before it and its time,
+  // so the worker's wait that follows needs no read of its own (takeUpTo's `quietSince`).
+  const ackThenClaim = (
+    handle: ClaimHandle<A>,
+    workerId: string,
+    onAck: ((acked: boolean) => void) | undefined,
+    onEmpty: (quiet: Quiet) => void
+  ) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const at = nowOf(fiber)
+      const generation = engine.wake.generation(name)
+      const nextOf = (rows: ReadonlyArray<JobRow>, at: number) => {
+        if (rows.length === 0) onEmpty({ generation, at })
+        return nextOfRows(rows, at)
+      }
       if (storage.ackAndClaimNow !== undefined) {
         let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
         try {
@@ -100,6 +116,11 @@ export const makeProcess = <A>(
       yield* checkWorker(workerId)
       const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
       const worker = Effect.uninterruptibleMask((restore) => {
+        // Set when this worker's last step claimed nothing; its next take starts from it.
+        let quiet: Quiet | undefined
+        const onEmpty = (q: Quiet) => {
+          quiet = q
+        }
         // Runs one claim; after a success, acks it and claims the next in one transaction.
         // The handler's time goes to its histogram; when this fiber traces, the job runs in its
         // own span (a root: one trace per job, linked to the span that enqueued it).
@@ -127,7 +148,12 @@ export const makeProcess = <A>(
           return Effect.flatMap(Effect.exit(run), (exit) => {
             m.handler(nowOf(fiber) - started)
             if (Exit.isSuccess(exit)) {
-              return ackThenClaim(handle, workerId, span && ((acked) => span.attribute(attr.outcome, acked ? "acked" : "lost")))
+              return ackThenClaim(
+                handle,
+                workerId,
+                span && ((acked) => span.attribute(attr.outcome, acked ? "acked" : "lost")),
+                onEmpty
+              )
             }
             return Effect.as(
               span === undefined ? settle(handle, exit) : Effect.tap(settle(handle, exit), (outcome) => span.attribute(attr.outcome, outcome)),
@@ -142,7 +168,11 @@ export const makeProcess = <A>(
           Option.isSome(next)
             ? Effect.flatMap(runOne(next.value), loop)
             : restore(Effect.void).pipe(
-              Effect.zipRight(takeUpTo(workerId, 1, restore)),
+              Effect.zipRight(Effect.suspend(() => {
+                const since = quiet
+                quiet = undefined
+                return takeUpTo(workerId, 1, restore, false, undefined, since)
+              })),
               Effect.flatMap((handles) => runOne(handles[0]!)),
               Effect.flatMap(loop)
             )
