@@ -48,11 +48,14 @@ const sql = {
   limits: `SELECT ${limitsColumns} FROM __alkstore_flow_limits WHERE queue = ?`,
   /**
    * The readiness read of a claim under its write lock (`queueStatements.readiness`'s flags) with the
-   * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without.
+   * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without. With a
+   * `concurrency`, also its live claims (the walk's first count), saving the start one statement.
    */
   readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
       EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
-      l.queue IS NOT NULL AS limited, ${limitsColumns}
+      l.queue IS NOT NULL AS limited, ${limitsColumns},
+      CASE WHEN l.concurrency IS NOT NULL THEN (SELECT count(*) FROM __alkstore_jobs
+        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight
     FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = ?1`),
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
   pendingFirst: byLiteral((size: number) =>
@@ -140,6 +143,8 @@ export interface Readiness {
   readonly due: boolean
   readonly lapsed: boolean
   readonly limits?: LimitsRow | undefined
+  /** The queue's live claims, when read with the limits (it has a `concurrency`). */
+  readonly inFlight?: number | undefined
 }
 const unknown: Readiness = { due: true, lapsed: true }
 
@@ -172,7 +177,7 @@ const genOps: GenOps = {
     if (ready.due) yield* run(queueSql.promoteDue, [queue, now])
   },
   *start({ now, queue, ready }, request) {
-    const inFlight = request.inFlight ? yield* count(sql.inFlight, [queue, now]) : 0
+    const inFlight = !request.inFlight ? 0 : ready.inFlight ?? (yield* count(sql.inFlight, [queue, now]))
     const queueLast = request.queueLast ? yield* count(sql.logLast, [queue, ""]) : 0
     const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed, [queue, now]) : none
     const dueScheduled = request.dueScheduled > 0 ? yield* literal(sql.dueScheduled(request.dueScheduled), [queue, now]) : none
@@ -270,12 +275,17 @@ export const flowWalkNow = (
  * claim of a queue known limited goes straight to its transaction).
  */
 export const readinessNow = (c: DirectConnection, queue: string, now: number) => {
-  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number }>(
+  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number; inFlight: number | null }>(
     sql.readiness.text,
     sql.readiness.bind([queue, now])
   )[0]!
-  const { due, lapsed, limited, ...limits } = row
-  return { due: due === 1, lapsed: lapsed === 1, limits: limited === 1 ? limits : undefined }
+  const { due, inFlight, lapsed, limited, ...limits } = row
+  return {
+    due: due === 1,
+    lapsed: lapsed === 1,
+    limits: limited === 1 ? limits : undefined,
+    inFlight: inFlight ?? undefined
+  }
 }
 
 /** The walk as an effect over any executor (run it inside a transaction when it claims). */
