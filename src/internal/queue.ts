@@ -50,6 +50,16 @@ export const claimWithin: unique symbol = Symbol.for("alkstore/Queue/claimWithin
 
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 
+/** How a take looks for work (`takeUpTo`); every field is optional. */
+export interface TakeOptions<A> {
+  /** Claim before taking a ticket (a drain's every take; an idle take pays one empty claim, once). */
+  readonly claimAtOnce?: boolean | undefined
+  /** The claim to make instead of the take's own (PersistedQueue's coalesced claim). */
+  readonly claim?: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> | undefined
+  /** The wake generation and time of a claim that just found nothing (see `takeUpTo`). */
+  readonly quietSince?: Quiet | undefined
+}
+
 /** How a waiting take claims one element when it looks: `[]` when there was none for it. */
 export type ClaimOne<A> = Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError>
 
@@ -136,10 +146,9 @@ export const makeQueue = <A>(
     workerId: string,
     n: number,
     restore: Restore,
-    claimAtOnce = false,
-    claim: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> = claimUpTo(workerId, n),
-    quietSince?: Quiet
+    options?: TakeOptions<A>
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
+    const claim = options?.claim ?? claimUpTo(workerId, n)
     const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
@@ -189,7 +198,7 @@ export const makeQueue = <A>(
         return Effect.succeed(handles)
       }
     )
-    return claimAtOnce ? atOnce : round(quietSince)
+    return options?.claimAtOnce === true ? atOnce : round(options?.quietSince)
   }
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
@@ -291,7 +300,10 @@ export const makeQueue = <A>(
       claimTraced(
         workerId,
         Effect.map(
-          takeUpTo(workerId, 1, restore, claimAtOnce, claimOne as Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> | undefined),
+          takeUpTo(workerId, 1, restore, {
+            claimAtOnce,
+            claim: claimOne as Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> | undefined
+          }),
           (handles) => handles[0]!
         ),
         (handle) => [handle]

@@ -7,6 +7,7 @@ import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { positiveCount, validateText } from "./options.js"
 import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
+import type { TakeOptions } from "./queue.js"
 import type { Quiet } from "./wake.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
@@ -30,9 +31,7 @@ export interface WorkerParts<A> {
     workerId: string,
     n: number,
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>,
-    claimAtOnce?: boolean,
-    claim?: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError>,
-    quietSince?: Quiet
+    options?: TakeOptions<A>
   ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
 }
 
@@ -171,7 +170,7 @@ export const makeProcess = <A>(
               Effect.zipRight(Effect.suspend(() => {
                 const since = quiet
                 quiet = undefined
-                return takeUpTo(workerId, 1, restore, false, undefined, since)
+                return takeUpTo(workerId, 1, restore, { quietSince: since })
               })),
               Effect.flatMap((handles) => runOne(handles[0]!)),
               Effect.flatMap(loop)
