@@ -1,5 +1,4 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
-import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
@@ -9,6 +8,7 @@ import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
 import { claimWithin, type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
 import { Backing, type BackingShape } from "./backing.js"
+import { inTransaction } from "../transactionOwner.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
 
 export interface PersistedQueueStoreOptions {
@@ -186,7 +186,7 @@ const gatherProbe = 32
  * Inside one, a take's claim and settle join that transaction, as ever.
  */
 const ownTransactionOr = <A, E>(own: Effect.Effect<A, E>, shared: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  Effect.withFiberRuntime((fiber) => (fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key) ? own : shared))
+  Effect.flatMap(inTransaction, (open) => (open ? own : shared))
 
 /** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
 const claimBatchMax = 100

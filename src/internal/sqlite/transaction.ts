@@ -48,10 +48,6 @@ export const makeCommitSignals = (signal: (topic: string, count: number) => void
   }
 }
 
-export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fiber) =>
-  Effect.succeed(fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key))
-)
-
 const exec = (conn: Connection, sql: string) => Effect.asVoid(conn.execute(sql, [], undefined))
 
 /**
