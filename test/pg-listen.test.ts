@@ -7,10 +7,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Option, Redacted } from "effect"
+import { Effect, Fiber, Layer, Option, Redacted } from "effect"
 import * as net from "node:net"
 import { PgStore } from "../src/index.js"
 import { healthyAfterMillis } from "../src/internal/pg/listener.js"
+import { channelOf } from "../src/internal/pg/notify.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
 
@@ -89,6 +90,15 @@ const waitUntil = (what: string, probe: () => boolean) =>
     if (!probe()) return yield* Effect.die(new Error(`timed out waiting for ${what}`))
   })
 
+const waitUntilEffect = <E, R>(probe: Effect.Effect<boolean, E, R>) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 100; i++) {
+      if (yield* probe) return
+      yield* Effect.sleep("50 millis")
+    }
+    return yield* Effect.die(new Error("timed out"))
+  })
+
 /**
  * A store whose LISTEN connection goes through a proxy (the pool does not),
  * and a check that another store's enqueue reaches a take waiting now: by
@@ -122,7 +132,40 @@ const notifiedTake = (filename: string, name: string) =>
     return (yield* Fiber.join(taker).pipe(Effect.timeout("5 seconds"))).job.payload
   })
 
+/** How many of this database's LISTEN connections last ran a LISTEN on `schema`'s channel. */
+const listening = (schema: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE application_name = 'alkstore-listen' AND datname = current_database()
+          AND query LIKE ${`LISTEN %${channelOf(schema)}%`}`,
+      (rows) => rows[0]!.n
+    ))
+
 describe("PostgreSQL waking", () => {
+  it.live("a store LISTENs only once something in its process waits; that first waiter is woken by another store's commit", () => {
+    const filename = freshFile("lazy-listen")
+    const schema = pgSchemaFor(filename)
+    return Effect.gen(function*() {
+      const queue = yield* queueOf("lazy")
+      // a producer only: its own commits are not delivered back to it
+      yield* queue.enqueue({ n: 0 })
+      yield* Effect.sleep("200 millis")
+      expect(yield* listening(schema)).toBe(0)
+      expect((yield* queue.take("w")).job.payload).toEqual({ n: 0 })
+      const taker = yield* Effect.fork(queue.take("w"))
+      yield* waitUntilEffect(Effect.map(listening(schema), (n) => n === 1))
+      yield* Effect.gen(function*() {
+        yield* (yield* queueOf("lazy")).enqueue({ n: 1 })
+      }).pipe(Effect.provide(pgOwned.store({ filename })))
+      expect((yield* Fiber.join(taker).pipe(Effect.timeout("5 seconds"))).job.payload).toEqual({ n: 1 })
+    }).pipe(
+      // no heartbeat during the test: pg_stat_activity shows the LISTEN connection's last statement
+      Effect.provide(Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (url) =>
+        PgStore.layer({ url: Redacted.make(url), schema, clock: "host", fallbackPoll: "1 hour", listenHeartbeat: "1 hour" }))))
+    )
+  })
+
   it.live("another store's commit wakes a waiting take at once; its rollback wakes nothing", () => {
     const filename = freshFile("notify")
     return Effect.gen(function*() {

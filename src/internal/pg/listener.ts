@@ -57,6 +57,15 @@ const destroy = (client: Pg.Client) =>
  * one waiter of every topic; the waiters' own deadlines and the fallback
  * poll cover the gap meanwhile.
  *
+ * The connection LISTENs only once somebody in this process has waited
+ * (`onWaiting`), and from then on for good: a process that only enqueues
+ * would otherwise receive, parse and dispatch the NOTIFY of every one of its
+ * own commits, and the server would signal its listening backend for each
+ * (docs/performance-pg.md, "Enqueue: a producer does not listen"). A waiter
+ * registered its ticket and read before the LISTEN took effect, so a commit
+ * in between would go unannounced: once the LISTEN is in, every topic's
+ * waiter is woken to read again — the reconnect's rule.
+ *
  * The first connection is made before this returns (a failure is the
  * store's start-up `SqlError`); the rest runs in a fiber of the scope.
  */
@@ -80,6 +89,28 @@ export const startListener = (options: ListenerOptions) =>
         setImmediate(flush)
       }
     }
+    const listenStatement = `LISTEN ${Pg.escapeIdentifier(channel)}`
+
+    // Whether anybody in this process has waited yet; the connections that have LISTENed.
+    let wanted = false
+    const listened = new WeakSet<Pg.Client>()
+    // The connection being watched now (none while reconnecting).
+    let live: Pg.Client | undefined
+    /** LISTENs on `client` once wanted, then wakes every waiter to read again (a commit before it went unannounced). */
+    const listenLate = (client: Pg.Client) => {
+      if (!wanted || listened.has(client)) return
+      listened.add(client)
+      client.query(listenStatement).then(
+        () => wake.signalAll(),
+        // The session sees the connection end and reconnects, LISTENing as it connects.
+        () => Effect.runSync(destroy(client))
+      )
+    }
+    wake.onWaiting((waiting) => {
+      if (!waiting || wanted) return
+      wanted = true
+      if (live !== undefined) listenLate(live)
+    })
 
     /**
      * Connects and LISTENs, within the heartbeat's deadline: a server that
@@ -93,7 +124,9 @@ export const startListener = (options: ListenerOptions) =>
       client.connect()
         .then(() => {
           client.on("notification", onNotification)
-          return client.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
+          if (!wanted) return
+          listened.add(client)
+          return client.query(listenStatement)
         })
         .then(
           () => {
@@ -122,6 +155,8 @@ export const startListener = (options: ListenerOptions) =>
         const fail = (cause: unknown) => Deferred.unsafeDone(broken, Exit.fail(new SqlError({ cause, message: "LISTEN connection lost" })))
         client.on("error", fail)
         client.on("end", () => fail(new Error("connection ended")))
+        live = client
+        listenLate(client) // somebody began waiting while it connected
         const heartbeat = Effect.tryPromise({
           try: () => client.query("SELECT 1"),
           catch: (cause) => new SqlError({ cause, message: "LISTEN heartbeat failed" })
@@ -134,7 +169,9 @@ export const startListener = (options: ListenerOptions) =>
           Effect.forever
         )
         return yield* Effect.raceFirst(Deferred.await(broken), Effect.delay(heartbeat, Duration.millis(heartbeatMillis)))
-      }).pipe(Effect.ensuring(destroy(client)))
+      }).pipe(Effect.ensuring(Effect.zipRight(Effect.sync(() => {
+        if (live === client) live = undefined
+      }), destroy(client))))
 
     /**
      * Watch a connection until it is lost, then make the next one, forever:
