@@ -215,10 +215,20 @@ export const makeQueueStorage = (
       }
     })
 
-  const insertOne = (job: NewJob): Effect.Effect<number, SqlError> =>
-    job.key === undefined
-      ? Effect.map(ids(db.all(sql.insert, [...newJobValues(job), ...notifier.params])), (r) => r[0]!)
-      : insertKeyed(job)
+  // The enqueue's hot path: the id decoded in the statement's one continuation (no rows array, no
+  // `Effect.try` and `map` layers of `ids`), the parameters in one array.
+  const insertOne = (job: NewJob): Effect.Effect<number, SqlError> => {
+    if (job.key !== undefined) return insertKeyed(job)
+    const params: Array<Param> = newJobValues(job)
+    params.push(notifier.params[0])
+    return Effect.flatMap(db.all(sql.insert, params), (rows) => {
+      try {
+        return Effect.succeed(int(rows[0]!.id, "id"))
+      } catch (cause) {
+        return Effect.fail(decodeError(cause))
+      }
+    })
+  }
 
   const insertMany = (jobs: ReadonlyArray<NewJob>) => {
     const column = <K extends keyof NewJob>(f: (job: NewJob) => Param) => jobs.map(f) as unknown as Param
