@@ -48,10 +48,7 @@ const destroy = (client: Pg.Client) =>
 
 /**
  * The store's one LISTEN connection in this process. Notifications are
- * coalesced per chunk the driver reads (a microtask after it has parsed the
- * chunk's messages: a burst of commits arrives together, and the claim of a
- * woken waiter is sent in the same turn, not after the loop's check phase)
- * and wake one waiter of each topic they name
+ * coalesced per event-loop turn and wake one waiter of each topic they name
  * (the woken waiter re-reads and passes the baton). The connection is
  * watched: an `error` or `end` event, or a heartbeat that does not come back
  * within its deadline (a silently dead, half-open connection: TCP keepalive
@@ -89,7 +86,7 @@ export const startListener = (options: ListenerOptions) =>
       pending.add(message.payload === undefined || message.payload === "" ? everything : message.payload)
       if (!flushing) {
         flushing = true
-        queueMicrotask(flush)
+        setImmediate(flush)
       }
     }
     const listenStatement = `LISTEN ${Pg.escapeIdentifier(channel)}`
