@@ -9,7 +9,7 @@
  *
  * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
  * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
- * FLOW_ANALYZE=1 (PostgreSQL): ANALYZE the jobs table after filling it (steady-state plans).
+ * FLOW_ANALYZE=1: ANALYZE after filling (PostgreSQL: the jobs table, steady-state plans; SQLite: the file).
  * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
  * alternating chunks of 100 claim → ack pairs, CPU time summed per side: the ratio a loaded machine disturbs least.
  * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
@@ -71,11 +71,12 @@ const filled = (scenario: Scenario) =>
       const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
       yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
     }
-    // FLOW_ANALYZE=1 (PostgreSQL): fresh planner statistics before timing, as autovacuum's analyze gives a
-    // store that has run a while; without, the first minute's plans see a table of unknown contents.
-    if (pg && process.env.FLOW_ANALYZE === "1") {
+    // FLOW_ANALYZE=1: planner statistics before timing — on PostgreSQL as autovacuum's analyze gives a store
+    // that has run a while (without, the first minute's plans see a table of unknown contents); on SQLite as
+    // an application running `ANALYZE` or `PRAGMA optimize` on the file would leave it.
+    if (process.env.FLOW_ANALYZE === "1") {
       const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
-      if (Option.isSome(sql)) yield* Effect.orDie(sql.value.unsafe("ANALYZE alkstore.__alkstore_jobs"))
+      if (Option.isSome(sql)) yield* Effect.orDie(sql.value.unsafe(pg ? "ANALYZE alkstore.__alkstore_jobs" : "ANALYZE"))
     }
     return q
   })
