@@ -49,13 +49,16 @@ const sql = {
   /**
    * The readiness read of a claim under its write lock (`queueStatements.readiness`'s flags) with the
    * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without. With a
-   * `concurrency`, also its live claims (the walk's first count), saving the start one statement.
+   * `concurrency`, also its live claims (the walk's first count), and with a `rate` the end of its claim
+   * log, saving the start a statement each.
    */
   readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
       EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
       l.queue IS NOT NULL AS limited, ${limitsColumns},
       CASE WHEN l.concurrency IS NOT NULL THEN (SELECT count(*) FROM __alkstore_jobs
-        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight
+        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight,
+      CASE WHEN l.rate_limit IS NOT NULL THEN (SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log
+        WHERE queue = ?1 AND scope = '') END AS queueLast
     FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = ?1`),
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
   pendingFirst: byLiteral((size: number) =>
@@ -100,6 +103,8 @@ const sql = {
   claim: numbered(`${claimSet} WHERE id = ?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= ?1))
     RETURNING ${jobColumns}`),
   log: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?)`,
+  // A claim under both a rate and a group rate logs twice: one statement.
+  logTwo: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?), (?, ?, ?, ?)`,
   prune: `DELETE FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq <= ? AND at <= ?`,
   advanceRound: numbered(`UPDATE __alkstore_flow_limits SET current_round = ?1 WHERE queue = ?2 AND current_round < ?1`),
   insertLimits: `INSERT INTO __alkstore_flow_limits
@@ -159,6 +164,8 @@ export interface Readiness {
   readonly limits?: LimitsRow | undefined
   /** The queue's live claims, when read with the limits (it has a `concurrency`). */
   readonly inFlight?: number | undefined
+  /** The end of the queue's claim log, when read with the limits (it has a `rate`). */
+  readonly queueLast?: number | undefined
 }
 const unknown: Readiness = { due: true, lapsed: true }
 
@@ -202,7 +209,7 @@ const genOps: GenOps = {
   *start(ctx, request) {
     const { now, queue, ready } = ctx
     const inFlight = !request.inFlight ? 0 : ready.inFlight ?? (yield* count(sql.inFlight, [queue, now]))
-    const queueLast = request.queueLast ? yield* count(sql.logLast, [queue, ""]) : 0
+    const queueLast = !request.queueLast ? 0 : ready.queueLast ?? (yield* count(sql.logLast, [queue, ""]))
     const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed, [queue, now]) : none
     const dueScheduled = request.dueScheduled > 0 ? yield* literal(sql.dueScheduled(request.dueScheduled), [queue, now]) : none
     const key = headKey(ready, request.pageSize)
@@ -242,7 +249,10 @@ const genOps: GenOps = {
   *claim({ now, queue, workerId }, id, writes) {
     const row: JobRow | undefined = yield { _: "claim", params: sql.claim.bind([now, workerId, id]) }
     if (row?.state !== "claimed") return row
-    for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
+    if (writes.log.length === 2) {
+      const [[s1, q1], [s2, q2]] = writes.log as readonly [readonly [string, number], readonly [string, number]]
+      yield* run(sql.logTwo, [queue, s1, q1, now, queue, s2, q2, now])
+    } else for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
     if (writes.round !== null) yield* run(sql.advanceRound.text, sql.advanceRound.bind([writes.round, queue]))
     return row
   },
@@ -312,16 +322,17 @@ export const flowWalkNow = (
  * claim of a queue known limited goes straight to its transaction).
  */
 export const readinessNow = (c: DirectConnection, queue: string, now: number) => {
-  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number; inFlight: number | null }>(
+  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number; inFlight: number | null; queueLast: number | null }>(
     sql.readiness.text,
     sql.readiness.bind([queue, now])
   )[0]!
-  const { due, inFlight, lapsed, limited, ...limits } = row
+  const { due, inFlight, lapsed, limited, queueLast, ...limits } = row
   return {
     due: due === 1,
     lapsed: lapsed === 1,
     limits: limited === 1 ? limits : undefined,
-    inFlight: inFlight ?? undefined
+    inFlight: inFlight ?? undefined,
+    queueLast: queueLast ?? undefined
   }
 }
 
