@@ -9,10 +9,12 @@
  *
  * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
  * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
+ * FLOW_ANALYZE=1: ANALYZE after filling (PostgreSQL: the jobs table, steady-state plans; SQLite: the file).
  * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
  * alternating chunks of 100 claim → ack pairs, CPU time summed per side: the ratio a loaded machine disturbs least.
  * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
  */
+import { SqlClient } from "@effect/sql"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -69,6 +71,13 @@ const filled = (scenario: Scenario) =>
       const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
       yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
     }
+    // FLOW_ANALYZE=1: planner statistics before timing — on PostgreSQL as autovacuum's analyze gives a store
+    // that has run a while (without, the first minute's plans see a table of unknown contents); on SQLite as
+    // an application running `ANALYZE` or `PRAGMA optimize` on the file would leave it.
+    if (process.env.FLOW_ANALYZE === "1") {
+      const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
+      if (Option.isSome(sql)) yield* Effect.orDie(sql.value.unsafe(pg ? "ANALYZE alkstore.__alkstore_jobs" : "ANALYZE"))
+    }
     return q
   })
 
@@ -105,11 +114,13 @@ const prepared = async (scenario: Scenario, store: Store) => {
         yield* handle.value.ack
       }
     })
-  /** CPU µs of `n` claim → ack pairs. */
-  const chunk = async (n: number) => {
+  /** CPU µs of `n` claim → ack pairs (and their wall time, µs, in `walls`). */
+  const chunk = async (n: number, walls?: Array<number>) => {
     const cpu = process.cpuUsage()
+    const started = performance.now()
     await runtime.runPromise(loop(n) as Effect.Effect<void>)
     const used = process.cpuUsage(cpu)
+    walls?.push((performance.now() - started) * 1000)
     return used.user + used.system
   }
   return { chunk, dispose: () => runtime.dispose() }
@@ -125,11 +136,13 @@ const pairedRun = async (storeFor: () => Promise<Store>) => {
     let baseCpu = 0
     let limitedCpu = 0
     const ratios: Array<number> = []
+    const baseWalls: Array<number> = []
+    const limitedWalls: Array<number> = []
     for (let done = 0; done < OPS; done += 100) {
       // alternate which side goes first, so neither always runs right after the other
       const [b, l] = done % 200 === 0
-        ? [await base.chunk(100), await limited.chunk(100)]
-        : [await limited.chunk(100), await base.chunk(100)].reverse() as [number, number]
+        ? [await base.chunk(100, baseWalls), await limited.chunk(100, limitedWalls)]
+        : [await limited.chunk(100, limitedWalls), await base.chunk(100, baseWalls)].reverse() as [number, number]
       baseCpu += b
       limitedCpu += l
       ratios.push(l / b)
@@ -137,7 +150,8 @@ const pairedRun = async (storeFor: () => Promise<Store>) => {
     await base.dispose()
     await limited.dispose()
     const line = `| ${scenario.title} | ${(baseCpu / OPS).toFixed(1)} | ${(limitedCpu / OPS).toFixed(1)} | ` +
-      `${(limitedCpu / baseCpu).toFixed(2)}× (chunks: median ${median(ratios).toFixed(2)}×) |`
+      `${(limitedCpu / baseCpu).toFixed(2)}× (chunks: median ${median(ratios).toFixed(2)}×) | ` +
+      `${(median(limitedWalls.map((w, i) => w / baseWalls[i]!))).toFixed(2)}× |`
     process.stderr.write(line + "\n")
     lines.push(line)
   }
@@ -168,8 +182,8 @@ const main = async () => {
         `${JOBS} due jobs; ${OPS} timed claim → ack pairs per side after ${WARMUP} untimed; 1-minute load average at the end ` +
         `${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} cores; ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
         "",
-        `| scenario | no limits: ${pg ? "client " : ""}CPU µs per claim+ack | limited: ${pg ? "client " : ""}CPU µs per claim+ack | CPU cost vs. no limits |`,
-        "| --- | ---: | ---: | ---: |",
+        `| scenario | no limits: ${pg ? "client " : ""}CPU µs per claim+ack | limited: ${pg ? "client " : ""}CPU µs per claim+ack | CPU cost vs. no limits | wall time vs. no limits (chunks: median) |`,
+        "| --- | ---: | ---: | ---: | ---: |",
         ...lines
       ].join("\n") + "\n")
     } finally {

@@ -178,6 +178,12 @@ export interface FlowStorage {
   readonly claimablePending: (queue: string, now: number) => Effect.Effect<number | undefined, SqlError>
   /** Tells other processes a limited queue's slot freed, on commit (PostgreSQL's NOTIFY; SQLite's commits tell by themselves). */
   readonly freed: (queue: string) => Effect.Effect<void, SqlError>
+  /**
+   * An ack of a job of a queue known limited that also tells other processes
+   * (`freed`) in its own statement, one round trip for both; absent where
+   * `freed` costs nothing (SQLite).
+   */
+  readonly ackFreeing?: (fence: Fence, queue: string) => Effect.Effect<boolean, SqlError>
   readonly memory: FlowMemory
 }
 

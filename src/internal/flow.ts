@@ -148,6 +148,12 @@ const FIRST_PAGE_MAX = 32
 const PAGE_MAX = 256
 const groupScope = (group: string) => `#${group}`
 
+/** The size of a walk's first page of pending candidates (an engine that reads ahead asks for the same). */
+export const firstPageSize = (n: number, mode: FlowMode) => Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+
+/** How many due scheduled rows a walk reads (a read-only walk cannot promote them; a claim promotes first). */
+export const dueScheduledToRead = (mode: FlowMode) => mode === "claim" ? 0 : mode === "probe" ? 1000 : 1_000_000
+
 export const walkOrder = (a: Candidate, b: Candidate) =>
   b.priority - a.priority || a.round - b.round || a.runAt - b.runAt || a.id - b.id
 
@@ -193,8 +199,8 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   const start = yield* call("start", {
     inFlight: lim.concurrency !== null,
     queueLast: lim.rateLimit !== null,
-    dueScheduled: dry ? (mode === "probe" ? 1000 : 1_000_000) : 0,
-    pageSize: Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+    dueScheduled: dueScheduledToRead(mode),
+    pageSize: firstPageSize(n, mode)
   })
   if (lim.concurrency !== null) budget = Math.min(budget, lim.concurrency - start.inFlight)
   const queueLast = start.queueLast
@@ -203,7 +209,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     ? start.lapsed
     : [...start.lapsed, ...start.dueScheduled].sort(walkOrder)
   let page: ReadonlyArray<Candidate> = budget > 0 ? start.page : []
-  let size = Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
+  let size = firstPageSize(n, mode)
   let more = page.length === size
   let i = 0
   let j = 0
@@ -292,20 +298,20 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   return { limited: true, rows: died.length === 0 ? rows : [...rows, ...died], taken, takenPending, reopenAt }
 }
 
-/** `FlowOps` as effects (an application's client, PostgreSQL). */
-export type FlowEffectOps = {
-  readonly [K in keyof FlowOps]: (...args: Parameters<FlowOps[K]>) => Effect.Effect<ReturnType<FlowOps[K]>, SqlError>
+/** `FlowOps` as effects (an application's client, PostgreSQL); an operation may fail with `E` to abandon the walk. */
+export type FlowEffectOps<E = SqlError> = {
+  readonly [K in keyof FlowOps]: (...args: Parameters<FlowOps[K]>) => Effect.Effect<ReturnType<FlowOps[K]>, E>
 }
 
 /** Runs a walk on effectful operations. */
-export const runEffect = <A>(makeWalk: () => Walk<A>, ops: FlowEffectOps): Effect.Effect<A, SqlError> =>
+export const runEffect = <A, E = SqlError>(makeWalk: () => Walk<A>, ops: FlowEffectOps<E>): Effect.Effect<A, E> =>
   Effect.suspend(() => {
     const walk = makeWalk()
-    const loop = (input: unknown): Effect.Effect<A, SqlError> => {
+    const loop = (input: unknown): Effect.Effect<A, E> => {
       const step = walk.next(input)
       if (step.done) return Effect.succeed(step.value)
       const { args, op } = step.value
-      return Effect.flatMap((ops[op] as (...a: ReadonlyArray<unknown>) => Effect.Effect<unknown, SqlError>)(...args), loop)
+      return Effect.flatMap((ops[op] as (...a: ReadonlyArray<unknown>) => Effect.Effect<unknown, E>)(...args), loop)
     }
     return loop(undefined)
   })

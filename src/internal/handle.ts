@@ -165,7 +165,10 @@ export const makeHandles = <A>(
   codec: PayloadCodec<A>,
   m: QueueMetrics,
   /** After an ack or a death: wakes waiters a limited queue held back (flow control). */
-  freed: Effect.Effect<void, SqlError> = Effect.void
+  freed: Effect.Effect<void, SqlError> = Effect.void,
+  /** The ack, with what it frees told (by default the storage's ack, then `freed`). */
+  ackOf: (fence: Fence) => Effect.Effect<boolean, SqlError> = (fence) =>
+    Effect.tap(storage.ack(fence), (done) => (done ? freed : Effect.void))
 ) => {
   const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
@@ -204,10 +207,10 @@ export const makeHandles = <A>(
       return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
     }
     get ack() {
-      const acked = Effect.map(storage.ack(this.fence), (ok) => {
+      const acked = Effect.map(ackOf(this.fence), (ok) => {
         if (ok) m.acked(1)
         return ok
-      }).pipe(Effect.tap(freeing))
+      })
       return this.settling(
         traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
         (ok) => (ok ? "acked" : "lost")

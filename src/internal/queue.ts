@@ -110,7 +110,12 @@ export const makeQueue = <A>(
   const flow = engine.flow
   // A slot of a limited queue freed (ack, death, cancel): wake a waiter here, and other processes.
   const freed = Effect.suspend(() => (flow.memory.known(name) ? Effect.zipRight(signal(1), flow.freed(name)) : Effect.void))
-  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed)
+  // A limited queue's ack tells other processes in its own statement where the engine can (PostgreSQL).
+  const ackOf = (fence: Fence) =>
+    flow.ackFreeing !== undefined && flow.memory.known(name)
+      ? Effect.tap(flow.ackFreeing(fence, name), (done) => (done ? signal(1) : Effect.void))
+      : Effect.tap(storage.ack(fence), (done) => (done ? freed : Effect.void))
+  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed, ackOf)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {

@@ -309,9 +309,9 @@ export const makeQueueStorage = (
       return died.length === 0 ? claimed : [...claimed, ...died]
     })
 
-  // Flow control: the walk, in its own transaction (or the caller's), serialised on the limits row.
+  // Flow control: the walk (optimistic, or in a transaction of its own on the limits row: flowStorage.ts).
   const limitedClaim = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
-    Effect.flatMap(db.transaction(flowClaim(queue, workerId, now, limit)), (outcome) => {
+    Effect.flatMap(flowClaim(queue, workerId, now, limit), (outcome) => {
       memory.saw(queue, outcome.limited)
       return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, now, limit)
     })

@@ -49,13 +49,16 @@ const sql = {
   /**
    * The readiness read of a claim under its write lock (`queueStatements.readiness`'s flags) with the
    * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without. With a
-   * `concurrency`, also its live claims (the walk's first count), saving the start one statement.
+   * `concurrency`, also its live claims (the walk's first count), and with a `rate` the end of its claim
+   * log, saving the start a statement each.
    */
   readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
       EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
       l.queue IS NOT NULL AS limited, ${limitsColumns},
       CASE WHEN l.concurrency IS NOT NULL THEN (SELECT count(*) FROM __alkstore_jobs
-        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight
+        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight,
+      CASE WHEN l.rate_limit IS NOT NULL THEN (SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log
+        WHERE queue = ?1 AND scope = '') END AS queueLast
     FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = ?1`),
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
   pendingFirst: byLiteral((size: number) =>
@@ -81,11 +84,27 @@ const sql = {
       ${log === "1" ? groupLast : "0"} AS last`)
   }),
   groupAhead: byLiteral((cap: number) => numbered(`SELECT ${groupAheadOf(cap)} AS n`)),
+  // A claim of one job's first page (`?1` queue, `?2` now) with its group's start, one statement for two:
+  // the walk asks for that group's start next (the same reads as `groupStart`, on the page's row).
+  pendingHead: byLiteral((key: string) => {
+    const [cap, log] = key.split(":")
+    const group = `p."group"`
+    const inFlight = `(SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND group_key = ${group} AND state = 'claimed'
+      AND flow_round IS NOT NULL AND claimed_until > ?2)`
+    const ahead = `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND group_key = ${group}
+      AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (p.round, p.id) LIMIT ${cap}))`
+    const last = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ?1 AND scope = '#' || ${group})`
+    return numbered(`SELECT p.*, ${cap === "" ? "0" : inFlight} AS gInFlight, ${cap === "" ? "0" : ahead} AS gAhead,
+        ${log === "1" ? last : "0"} AS gLast
+      FROM (SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT 1) AS p`)
+  }),
   logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = ? AND scope = ?`,
   logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq = ?`,
   claim: numbered(`${claimSet} WHERE id = ?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= ?1))
     RETURNING ${jobColumns}`),
   log: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?)`,
+  // A claim under both a rate and a group rate logs twice: one statement.
+  logTwo: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?), (?, ?, ?, ?)`,
   prune: `DELETE FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq <= ? AND at <= ?`,
   advanceRound: numbered(`UPDATE __alkstore_flow_limits SET current_round = ?1 WHERE queue = ?2 AND current_round < ?1`),
   insertLimits: `INSERT INTO __alkstore_flow_limits
@@ -145,6 +164,8 @@ export interface Readiness {
   readonly limits?: LimitsRow | undefined
   /** The queue's live claims, when read with the limits (it has a `concurrency`). */
   readonly inFlight?: number | undefined
+  /** The end of the queue's claim log, when read with the limits (it has a `rate`). */
+  readonly queueLast?: number | undefined
 }
 const unknown: Readiness = { due: true, lapsed: true }
 
@@ -156,6 +177,15 @@ interface Context {
   readonly workerId: string
   readonly now: number
   readonly ready: Readiness
+  /** The group start of the first page's one row, read with it (`pendingHead`). */
+  head?: { readonly id: number; readonly start: GroupStart } | undefined
+}
+
+/** The `pendingHead` key when a claim of one job can read its row's group start with it, or undefined. */
+const headKey = (ready: Readiness, pageSize: number) => {
+  const lim = ready.limits
+  if (pageSize !== 1 || lim === undefined || (lim.groupConcurrency === null && lim.groupRateLimit === null)) return undefined
+  return `${lim.groupConcurrency ?? ""}:${lim.groupRateLimit !== null ? 1 : 0}`
 }
 
 type GenOps = {
@@ -176,13 +206,23 @@ const genOps: GenOps = {
   *promote({ now, queue, ready }) {
     if (ready.due) yield* run(queueSql.promoteDue, [queue, now])
   },
-  *start({ now, queue, ready }, request) {
+  *start(ctx, request) {
+    const { now, queue, ready } = ctx
     const inFlight = !request.inFlight ? 0 : ready.inFlight ?? (yield* count(sql.inFlight, [queue, now]))
-    const queueLast = request.queueLast ? yield* count(sql.logLast, [queue, ""]) : 0
+    const queueLast = !request.queueLast ? 0 : ready.queueLast ?? (yield* count(sql.logLast, [queue, ""]))
     const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed, [queue, now]) : none
     const dueScheduled = request.dueScheduled > 0 ? yield* literal(sql.dueScheduled(request.dueScheduled), [queue, now]) : none
-    const page = yield* literal(sql.pendingFirst(request.pageSize), [queue])
-    return { inFlight, queueLast, lapsed, dueScheduled, page }
+    const key = headKey(ready, request.pageSize)
+    if (key === undefined) return { inFlight, queueLast, lapsed, dueScheduled, page: yield* literal(sql.pendingFirst(request.pageSize), [queue]) }
+    const statement = sql.pendingHead(key)
+    const [head] = yield* rows<Candidate & { gInFlight: number; gAhead: number; gLast: number }>(
+      statement.text,
+      statement.bind([queue, now])
+    )
+    if (head === undefined) return { inFlight, queueLast, lapsed, dueScheduled, page: none }
+    const { gAhead, gInFlight, gLast, ...candidate } = head
+    ctx.head = { id: candidate.id, start: { inFlight: gInFlight, ahead: gAhead, last: gLast } }
+    return { inFlight, queueLast, lapsed, dueScheduled, page: [candidate] }
   },
   *pending({ queue }, after, size) {
     const same = yield* literal(sql.pendingSame(size), [queue, after.priority, after.round, after.runAt, after.id])
@@ -190,7 +230,11 @@ const genOps: GenOps = {
     const lower = yield* literal(sql.pendingLower(size - same.length), [queue, after.priority])
     return same.length === 0 ? lower : [...same, ...lower]
   },
-  *groupStart({ now, queue }, group, round, id, cap, log) {
+  *groupStart({ head, now, queue, ready }, group, round, id, cap, log) {
+    // Read with the page when it was its one row and the walk asks what was read (the limits' own caps).
+    if (head?.id === id && cap === ready.limits?.groupConcurrency && log === (ready.limits?.groupRateLimit !== null)) {
+      return head.start
+    }
     const statement = sql.groupStart(`${cap ?? ""}:${log ? 1 : 0}`)
     const [row] = yield* rows<GroupStart>(statement.text, statement.bind([queue, group, round, id, now]))
     return row!
@@ -205,7 +249,10 @@ const genOps: GenOps = {
   *claim({ now, queue, workerId }, id, writes) {
     const row: JobRow | undefined = yield { _: "claim", params: sql.claim.bind([now, workerId, id]) }
     if (row?.state !== "claimed") return row
-    for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
+    if (writes.log.length === 2) {
+      const [[s1, q1], [s2, q2]] = writes.log as readonly [readonly [string, number], readonly [string, number]]
+      yield* run(sql.logTwo, [queue, s1, q1, now, queue, s2, q2, now])
+    } else for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
     if (writes.round !== null) yield* run(sql.advanceRound.text, sql.advanceRound.bind([writes.round, queue]))
     return row
   },
@@ -268,23 +315,24 @@ export const flowWalkNow = (
   n: number,
   mode: FlowMode,
   ready: Readiness = unknown
-) => walkSync(flowWalk(now, n, mode), { queue, workerId, now, ready }, c)
+) => walkSync(flowWalk(now, n, mode), { queue, workerId, now, ready, head: undefined }, c)
 
 /**
  * The claim's readiness and limits under its write lock, in one read (the
  * claim of a queue known limited goes straight to its transaction).
  */
 export const readinessNow = (c: DirectConnection, queue: string, now: number) => {
-  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number; inFlight: number | null }>(
+  const row = c.all<LimitsRow & { due: number; lapsed: number; limited: number; inFlight: number | null; queueLast: number | null }>(
     sql.readiness.text,
     sql.readiness.bind([queue, now])
   )[0]!
-  const { due, inFlight, lapsed, limited, ...limits } = row
+  const { due, inFlight, lapsed, limited, queueLast, ...limits } = row
   return {
     due: due === 1,
     lapsed: lapsed === 1,
     limits: limited === 1 ? limits : undefined,
-    inFlight: inFlight ?? undefined
+    inFlight: inFlight ?? undefined,
+    queueLast: queueLast ?? undefined
   }
 }
 
@@ -297,7 +345,7 @@ export const flowWalkEffect = (
   n: number,
   mode: FlowMode
 ): Effect.Effect<FlowOutcome, SqlError> =>
-  runEffect(() => flowWalk(now, n, mode), effectOpsOf({ queue, workerId, now, ready: unknown }, db))
+  runEffect(() => flowWalk(now, n, mode), effectOpsOf({ queue, workerId, now, ready: unknown, head: undefined }, db))
 
 const fromRow = (row: LimitsRow): ResolvedLimits => ({
   concurrency: row.concurrency,

@@ -1,0 +1,124 @@
+/**
+ * PostgreSQL flow control's optimistic claim (src/internal/pg/flowStorage.ts):
+ * the walk reads without a lock and its claim statement claims only while the
+ * queue's limits row is still the version it read. Here another claimer (or
+ * a change of limits) commits exactly between the read and the claim — the
+ * race the multi-process ledger tests hit only by chance — and the claim must
+ * see it: it falls back to the locked walk, which judges on the fresh state.
+ * Without the version check the first claim below would take a second slot
+ * of `concurrency: 1`.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber, Layer, Option } from "effect"
+import { makeFlowMemory } from "../src/internal/flow.js"
+import type { PgExecutor } from "../src/internal/pg/executor.js"
+import { makeExecutor } from "../src/internal/pg/executor.js"
+import { flowStatements } from "../src/internal/pg/flowStatements.js"
+import { makeFlowStorage } from "../src/internal/pg/flowStorage.js"
+import { makeNotifier } from "../src/internal/pg/notify.js"
+import { Queues } from "../src/index.js"
+import { pgOwned, pgSchemaFor } from "./contract/harness.js"
+
+/** An executor that runs `before` once, right before the first flow claim statement. */
+const racing = (db: PgExecutor, claimText: string, before: Effect.Effect<unknown, unknown>): PgExecutor => {
+  let raced = false
+  return {
+    ...db,
+    all: <A>(text: string, params: Parameters<PgExecutor["all"]>[1]) => {
+      if (raced || text !== claimText) return db.all<A>(text, params)
+      raced = true
+      return Effect.zipRight(Effect.orDie(before), db.all<A>(text, params))
+    }
+  }
+}
+
+const setUp = (filename: string, queue: string, limits: Queues.Limits, jobs: number) =>
+  Effect.gen(function*() {
+    const schema = pgSchemaFor(filename)
+    const queues = yield* Queues.Queues
+    yield* queues.setLimits(queue, limits)
+    const q = yield* queues.queue(queue)
+    yield* q.enqueueBatch(Array.from({ length: jobs }, (_, i) => i))
+    const client = yield* SqlClient.SqlClient
+    const db = yield* makeExecutor(client, "optimistic-test")
+    const flowOf = (executor: PgExecutor) => makeFlowStorage(executor, schema, makeNotifier(schema), makeFlowMemory())
+    const claimed = Effect.map(
+      client.unsafe<{ n: string }>(`SELECT count(*) AS n FROM ${schema}.__alkstore_jobs WHERE state = 'claimed'`),
+      (r) => Number(r[0]!.n)
+    )
+    return { db, flowOf, claimed, queues, claimText: flowStatements(schema).claim }
+  })
+
+describe("PostgreSQL flow control: the optimistic claim", () => {
+  it.live("a claim committed between its read and its claim: the claim falls back and keeps concurrency 1", () => {
+    const filename = "pg-flow-optimistic-1"
+    return Effect.gen(function*() {
+      const { claimText, claimed, db, flowOf } = yield* setUp(filename, "race", { concurrency: 1 }, 3)
+      const rival = flowOf(db)
+      const now = Date.now()
+      const flow = flowOf(racing(db, claimText, rival.claim("race", "rival", now, 1)))
+      const outcome = yield* flow.claim("race", "w", now, 1)
+      expect(outcome.limited).toBe(true)
+      expect(outcome.limited && outcome.rows.length).toBe(0) // the rival holds the one slot
+      expect(yield* claimed).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+
+  it.live("with a slot left, the fallback claims the next job, not the rival's", () => {
+    const filename = "pg-flow-optimistic-2"
+    return Effect.gen(function*() {
+      const { claimText, claimed, db, flowOf } = yield* setUp(filename, "race2", { concurrency: 2 }, 3)
+      const rival = flowOf(db)
+      const now = Date.now()
+      const rivalRows: Array<number> = []
+      const rivalClaim = Effect.tap(rival.claim("race2", "rival", now, 1), (o) => {
+        if (o.limited) rivalRows.push(...o.rows.map((r) => r.id))
+      })
+      const flow = flowOf(racing(db, claimText, rivalClaim))
+      const outcome = yield* flow.claim("race2", "w", now, 2) // could take two; one slot is left
+      const mine = outcome.limited ? outcome.rows.map((r) => r.id) : []
+      expect(rivalRows.length).toBe(1)
+      expect(mine.length).toBe(1)
+      expect(mine).not.toContain(rivalRows[0])
+      expect(yield* claimed).toBe(2)
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+
+  it.live("limits lowered between the read and the claim: the claim obeys the new limits", () => {
+    const filename = "pg-flow-optimistic-3"
+    return Effect.gen(function*() {
+      const { claimText, claimed, db, flowOf, queues } = yield* setUp(filename, "race3", { concurrency: 2 }, 3)
+      const now = Date.now()
+      const first = yield* flowOf(db).claim("race3", "w", now, 1)
+      expect(first.limited && first.rows.length).toBe(1)
+      const flow = flowOf(racing(db, claimText, queues.setLimits("race3", { concurrency: 1 })))
+      const outcome = yield* flow.claim("race3", "w", now, 1) // read: 1 of 2 taken; claims under 1 of 1
+      expect(outcome.limited && outcome.rows.length).toBe(0)
+      expect(yield* claimed).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+
+  // The ack of a limited queue's job sends its NOTIFY in the ack's own statement (flowStatements.ackFreeing):
+  // another process's waiter held back by the limit wakes on it, long before any deadline of its own.
+  it.live("an ack in one process wakes a waiter another process's limit held back", () => {
+    const filename = "pg-flow-optimistic-wake"
+    return Effect.gen(function*() {
+      const other = yield* Layer.build(pgOwned.store({ filename }))
+      const queues = yield* Queues.Queues
+      yield* queues.setLimits("wake", { concurrency: 1 })
+      const q = yield* queues.queue("wake", { visibilityTimeout: "1 hour" })
+      yield* q.enqueueBatch(["a", "b"])
+      const a = Option.getOrThrow(yield* q.claim("w"))
+      const waiter = yield* Effect.fork(Effect.provide(
+        Effect.flatMap(Queues.Queues, (qs) => Effect.flatMap(qs.queue("wake", { visibilityTimeout: "1 hour" }), (wq) => wq.take("waiter"))),
+        other
+      ))
+      yield* Effect.sleep("300 millis")
+      expect(Option.isNone(yield* Fiber.poll(waiter))).toBe(true) // held back: the one slot is taken
+      yield* a.ack
+      const b = yield* Fiber.join(waiter).pipe(Effect.timeout("2 seconds"))
+      expect(b.job.payload).toBe("b")
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+})
