@@ -6,10 +6,20 @@ import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
 import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
-import { claimWithin, type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
+import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
 import { Backing, type BackingShape } from "./backing.js"
-import { inTransaction } from "../transactionOwner.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
+import { makePrefetch } from "./prefetch.js"
+import {
+  gatherProbe,
+  type Held,
+  inTransactionOf,
+  type Known,
+  knownQueue,
+  ownTransactionOr,
+  type QueuePrefetch,
+  type Stored
+} from "./queueClaims.js"
 
 export interface PersistedQueueStoreOptions {
   /**
@@ -19,12 +29,6 @@ export interface PersistedQueueStoreOptions {
    * `@effect/sql`'s store's lock expiration).
    */
   readonly visibilityTimeout?: Duration.DurationInput
-}
-
-/** What each element's job carries: the element's id (PersistedQueue hands it to `take`) and the element. */
-interface Stored {
-  readonly id: string
-  readonly element: unknown
 }
 
 const isStored = (payload: unknown): payload is Stored =>
@@ -76,17 +80,16 @@ export const make = (
     // Takes holding an element: whether a claim or a settle may have company (others would settle soon).
     const othersHolding = () => open.size > 0
     const settles = settleGroup(backing, othersHolding)
-    const handles = new Map<string, Q.Queue<Stored>>()
-    // Per queue: the claim of one element every waiting take makes, coalesced (one claim of up to 100 rows).
-    const claims = new Map<string, ClaimOne<Stored> | undefined>()
-    const queueOf = (name: string): Effect.Effect<Q.Queue<Stored>, PersistedQueue.PersistedQueueError> => {
-      const known = handles.get(name)
-      if (known !== undefined) return Effect.succeed(known)
+    const prefetch = yield* makePrefetch<Held>((held) => settled("releasing")(releaseAll(backing, held)))
+    const known = new Map<string, Known>()
+    const knownOf = (name: string): Effect.Effect<Known, PersistedQueue.PersistedQueueError> => {
+      const found = known.get(name)
+      if (found !== undefined) return Effect.succeed(found)
       return queues.queue(name, { visibilityTimeout, maxAttempts: unlimited }).pipe(
-        Effect.map((queue) => {
-          handles.set(name, queue as Q.Queue<Stored>)
-          claims.set(name, coalescedClaim(queue as Q.Queue<Stored>, workerId, othersHolding))
-          return queue as Q.Queue<Stored>
+        Effect.map((q) => {
+          const entry = knownQueue(q as Q.Queue<Stored>, workerId, othersHolding, prefetch)
+          known.set(name, entry)
+          return entry
         }),
         Effect.mapError(failure(`invalid persisted queue name ${JSON.stringify(name)}`))
       )
@@ -94,7 +97,7 @@ export const make = (
 
     const offer = ({ element, id, isCustomId, name }: Parameters<PersistedQueue.PersistedQueueStore["Type"]["offer"]>[0]) =>
       Effect.gen(function*() {
-        const queue = yield* queueOf(name)
+        const { queue } = yield* knownOf(name)
         const payload: Stored = { id, element }
         if (!isCustomId) return yield* queue.enqueue(payload)
         const invalid = checkText("id", id)
@@ -115,10 +118,16 @@ export const make = (
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
       Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
-          const queue = yield* queueOf(name)
+          const entry = yield* knownOf(name)
+          // Whether this take waited: a take that found its element at once prefetches the next (see `settle`).
+          let waited = false
+          const waiting: Restore = (effect) => {
+            waited = true
+            return restore(effect)
+          }
           while (true) {
             // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
-            const handle = yield* takeUnder(queue, workerId, restore, claims.get(name)).pipe(
+            const handle = yield* heldOr(entry, takeUnder(entry.queue, workerId, waiting, entry.claim)).pipe(
               Effect.mapError(failure("Failed to take element from persisted queue"))
             )
             const attempts = handle.job.attempts - 1
@@ -136,7 +145,7 @@ export const make = (
             // when the take returned there: an interruption already pending lands as this mask ends, and the
             // scope (with the finalizer below) would never close. Give the element back now instead.
             if (callerInterruptible && (yield* interruptPending)) {
-              yield* settled("releasing")(grouped(settles, handle.release))
+              yield* settled("releasing")(grouped(settles, { settle: handle.release }))
               return yield* Effect.interrupt
             }
             open.add(handle)
@@ -149,7 +158,7 @@ export const make = (
               (exit) =>
                 Effect.zipRight(
                   Effect.sync(() => open.delete(handle)),
-                  settle(settles, handle, exit, maxAttempts)
+                  settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
                 ) as Effect.Effect<void>
             )
             return { id: payload.id, attempts, element: payload.element }
@@ -159,6 +168,24 @@ export const make = (
 
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })
+
+/**
+ * The element prefetched for this queue, when one is held and the take is
+ * not inside the application's transaction: handed over with no statement,
+ * nor the claim's bookkeeping (no wait happened, so no wake to pass on).
+ * Else `take`, which looks in the slot again whenever it claims.
+ */
+const heldOr = <E>(entry: Known, take: Effect.Effect<Q.JobHandle<Stored>, E>): Effect.Effect<Q.JobHandle<Stored>, E> =>
+  entry.prefetch === undefined ? take : Effect.withFiberRuntime((fiber) => {
+    if (entry.prefetch!.slot.handles.length === 0 || inTransactionOf(fiber)) return take
+    return Effect.succeed(entry.prefetch!.slot.take()!)
+  })
+
+/** Gives back elements claimed for takes that are gone (no attempt spent), in one transaction. */
+const releaseAll = (backing: BackingShape, held: ReadonlyArray<Held>) =>
+  held.length === 1
+    ? held[0]!.release
+    : backing.transaction(Effect.forEach(held, (handle) => handle.release, { discard: true }))
 
 /** Whether this fiber was interrupted while uninterruptible (the interruption lands at its next interruptible step). */
 const interruptPending = Effect.map(FiberRef.get(FiberRef.interruptedCause), (cause) => !Cause.isEmpty(cause))
@@ -174,61 +201,15 @@ const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore, c
   return within === undefined ? restore(queue.take(workerId)) : within(workerId, restore, claimOne)
 }
 
-/** A lone claim or settle yields to gather others every this many times, when no other take is known around. */
-const gatherProbe = 32
-
 /**
- * `own` where the fiber is inside a transaction (a take run in the
- * application's `sql.withTransaction`), `shared` otherwise. A shared batch
- * runs in its leader's fiber: led from inside a transaction, the other
- * takes' claims and acks would commit or roll back with the application's
- * work (and on SQLite, waiting behind it for the connection, deadlock).
- * Inside one, a take's claim and settle join that transaction, as ever.
+ * A claim's settlement: ack, release, retry or bury (`settle`); `alone`,
+ * when given, is what it runs instead when it is served alone (an ack fused
+ * with the prefetch of the next element: never inside a shared transaction).
  */
-const ownTransactionOr = <A, E>(own: Effect.Effect<A, E>, shared: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  Effect.flatMap(inTransaction, (open) => (open ? own : shared))
-
-/** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
-const claimBatchMax = 100
-
-/**
- * Claim coalescing: the takes of one queue that look for an element at the
- * same time are served by one claim of up to `claimBatchMax` rows (one write
- * transaction), one element each, in claim order; those the claim found
- * nothing for get none and wait as ever. The claim's group commit is
- * uninterruptible, so every claimed element reaches the one take it was
- * claimed for, and a take interrupted meanwhile releases its element at
- * once (the `interruptPending` check in `take`). Undefined for a `Queues`
- * that is not alkstore's own (its takes claim one by one).
- */
-const coalescedClaim = (
-  queue: Q.Queue<Stored>,
-  workerId: string,
-  othersAround: () => boolean
-): ClaimOne<Stored> | undefined => {
-  const claimUpTo = (queue as Partial<QueueInternals<Stored>>)[claimWithin]
-  if (claimUpTo === undefined) return undefined
-  const none: ReadonlyArray<Q.JobHandle<Stored>> = []
-  const group = makeGroupCommit<void, ReadonlyArray<Q.JobHandle<Stored>>, SqlError>(
-    (takes) =>
-      Effect.map(
-        Effect.exit(claimUpTo(workerId, takes.length)),
-        (claimed) =>
-          takes.map((_, i) =>
-            Exit.isSuccess(claimed)
-              ? Exit.succeed(i < claimed.value.length ? [claimed.value[i]!] : none)
-              : Exit.failCause(claimed.cause)
-          )
-      ),
-    claimBatchMax,
-    { othersAround, probeEvery: gatherProbe }
-  )
-  const alone = claimUpTo(workerId, 1)
-  return ownTransactionOr(alone, group.submit(undefined, alone))
+interface Settlement {
+  readonly settle: Effect.Effect<unknown, InvalidOptions | SqlError>
+  readonly alone?: Effect.Effect<unknown, InvalidOptions | SqlError> | undefined
 }
-
-/** A claim's settlement: ack, release, retry or bury. */
-type Settlement = Effect.Effect<unknown, InvalidOptions | SqlError>
 
 /**
  * Group commit of settlements: those asked for while a settle transaction
@@ -241,10 +222,10 @@ const settleGroup = (backing: BackingShape, othersAround: () => boolean): GroupC
   makeGroupCommit<Settlement, unknown, InvalidOptions | SqlError>(
     (settlements) =>
       settlements.length === 1
-        ? Effect.map(Effect.exit(settlements[0]!), (exit) => [exit])
-        : backing.transaction(Effect.forEach(settlements, (settlement) => settlement)).pipe(
+        ? Effect.map(Effect.exit(settlements[0]!.alone ?? settlements[0]!.settle), (exit) => [exit])
+        : backing.transaction(Effect.forEach(settlements, (settlement) => settlement.settle)).pipe(
           Effect.map((results) => results.map(Exit.succeed)),
-          Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement)))
+          Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement.settle)))
         ),
     256,
     { othersAround, probeEvery: gatherProbe }
@@ -274,7 +255,7 @@ const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
 const retried = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
   Effect.catchAll(
     grouped(settles, settlement),
-    () => Effect.retry(settlement, { times: 3, schedule: Schedule.exponential(50) })
+    () => Effect.retry(settlement.settle, { times: 3, schedule: Schedule.exponential(50) })
   )
 
 /**
@@ -297,7 +278,7 @@ const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | Sql
 
 /** A settlement through the group commit (directly when it would be alone). */
 const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  ownTransactionOr(settlement, settles.submit(settlement, settlement))
+  ownTransactionOr(settlement.settle, settles.submit(settlement, settlement.alone ?? settlement.settle))
 
 /** A settlement that is not a take's own (burying on the way, a release for an interruption): a failure is logged. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
@@ -310,19 +291,25 @@ const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
   )
 
 const bury = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, handle: Q.JobHandle<Stored>, reason: string) =>
-  settled("burying")(grouped(settles, handle.fail(reason)))
+  settled("burying")(grouped(settles, { settle: handle.fail(reason) }))
 
 const settle = (
   settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>,
   handle: Q.JobHandle<Stored>,
   exit: Exit.Exit<unknown, unknown>,
-  maxAttempts: number
+  maxAttempts: number,
+  /** The queue's prefetch, for a take that found its element at once (a busy queue: the next take is likely soon). */
+  prefetch: QueuePrefetch | undefined
 ) => {
-  if (Exit.isSuccess(exit)) return reported(settles, "acking")(handle.ack)
-  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")(handle.release)
+  if (Exit.isSuccess(exit)) {
+    // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
+    const alone = prefetch !== undefined && prefetch.slot.wants() ? prefetch.ackAndClaim(handle as Held) : undefined
+    return reported(settles, "acking")({ settle: handle.ack, alone })
+  }
+  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })
   // `job.attempts` counts this claim: it is the failures so far, this one included.
   return handle.job.attempts >= maxAttempts
-    ? reported(settles, "burying")(handle.fail(error))
-    : reported(settles, "retrying")(handle.retry(error, Duration.zero))
+    ? reported(settles, "burying")({ settle: handle.fail(error) })
+    : reported(settles, "retrying")({ settle: handle.retry(error, Duration.zero) })
 }
