@@ -1,6 +1,6 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
@@ -16,7 +16,8 @@ import {
   inTransactionOf,
   type Known,
   knownQueue,
-  ownTransactionOr,
+  claimsFor,
+  holdAll,
   type QueuePrefetch,
   type Stored
 } from "./queueClaims.js"
@@ -117,52 +118,50 @@ export const make = (
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
       Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          const entry = yield* knownOf(name)
+        Effect.flatMap(knownOf(name), (entry) => {
           // Whether this take waited: a take that found its element at once prefetches the next (see `settle`).
           let waited = false
           const waiting: Restore = (effect) => {
             waited = true
             return restore(effect)
           }
-          while (true) {
-            // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
-            const handle = yield* heldOr(entry, takeUnder(entry.queue, workerId, waiting, entry.claim)).pipe(
-              Effect.mapError(failure("Failed to take element from persisted queue"))
-            )
+          // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
+          const look: Effect.Effect<Taken, PersistedQueue.PersistedQueueError> = Effect.flatMap(
+            Effect.mapError(heldOr(entry, takeUnder(entry.queue, workerId, waiting, entry.claim)), takeFailed),
+            (handle) => accept(handle)
+          )
+          const accept = (handle: Q.JobHandle<Stored>): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
             const attempts = handle.job.attempts - 1
             const payload = handle.job.payload
             if (!isStored(payload)) {
-              yield* bury(settles, handle, "not a PersistedQueue element: its payload is not { id, element }")
-              continue
+              return Effect.zipRight(bury(settles, handle, "not a PersistedQueue element: its payload is not { id, element }"), look)
             }
-            if (attempts >= maxAttempts) {
-              // Claims that never settled (a process died holding them) spent attempts too.
-              yield* bury(settles, handle, `max attempts (${maxAttempts}) exceeded`)
-              continue
-            }
-            // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
-            // when the take returned there: an interruption already pending lands as this mask ends, and the
-            // scope (with the finalizer below) would never close. Give the element back now instead.
-            if (callerInterruptible && (yield* interruptPending)) {
-              yield* settled("releasing")(grouped(settles, { settle: handle.release }))
-              return yield* Effect.interrupt
-            }
-            open.add(handle)
-            // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
-            // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
-            // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
-            // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
-            yield* Scope.addFinalizerExit(
-              yield* Effect.scope,
-              (exit) =>
-                Effect.zipRight(
-                  Effect.sync(() => open.delete(handle)),
-                  settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
-                ) as Effect.Effect<void>
-            )
-            return { id: payload.id, attempts, element: payload.element }
+            // Claims that never settled (a process died holding them) spent attempts too.
+            if (attempts >= maxAttempts) return Effect.zipRight(bury(settles, handle, `max attempts (${maxAttempts}) exceeded`), look)
+            return Effect.withFiberRuntime((fiber) => {
+              // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
+              // when the take returned there: an interruption already pending lands as this mask ends, and the
+              // scope (with the finalizer below) would never close. Give the element back now instead.
+              if (callerInterruptible && !Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))) {
+                return Effect.zipRight(settled("releasing")(grouped(settles, { settle: handle.release })), Effect.interrupt)
+              }
+              open.add(handle)
+              // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
+              // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
+              // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
+              // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
+              const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
+                Effect.suspend(() => {
+                  open.delete(handle)
+                  return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
+                }) as Effect.Effect<void>
+              return Effect.as(
+                Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer),
+                { id: payload.id, attempts, element: payload.element }
+              )
+            })
           }
+          return look
         })
       ))
 
@@ -187,8 +186,14 @@ const releaseAll = (backing: BackingShape, held: ReadonlyArray<Held>) =>
     ? held[0]!.release
     : backing.transaction(Effect.forEach(held, (handle) => handle.release, { discard: true }))
 
-/** Whether this fiber was interrupted while uninterruptible (the interruption lands at its next interruptible step). */
-const interruptPending = Effect.map(FiberRef.get(FiberRef.interruptedCause), (cause) => !Cause.isEmpty(cause))
+/** What a take hands PersistedQueue. */
+interface Taken {
+  readonly id: string
+  readonly attempts: number
+  readonly element: unknown
+}
+
+const takeFailed = failure("Failed to take element from persisted queue")
 
 /**
  * The queue's take under this mask's `restore` (`takeWithin`). A `Queues`
@@ -209,6 +214,8 @@ const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore, c
 interface Settlement {
   readonly settle: Effect.Effect<unknown, InvalidOptions | SqlError>
   readonly alone?: Effect.Effect<unknown, InvalidOptions | SqlError> | undefined
+  /** The queue an ack prefetches for, when it shares a transaction with others (see `claimsFor`). */
+  readonly prefetch?: QueuePrefetch | undefined
 }
 
 /**
@@ -220,13 +227,17 @@ interface Settlement {
  */
 const settleGroup = (backing: BackingShape, othersAround: () => boolean): GroupCommit<Settlement, unknown, InvalidOptions | SqlError> =>
   makeGroupCommit<Settlement, unknown, InvalidOptions | SqlError>(
-    (settlements) =>
-      settlements.length === 1
-        ? Effect.map(Effect.exit(settlements[0]!.alone ?? settlements[0]!.settle), (exit) => [exit])
-        : backing.transaction(Effect.forEach(settlements, (settlement) => settlement.settle)).pipe(
-          Effect.map((results) => results.map(Exit.succeed)),
-          Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement.settle)))
-        ),
+    (settlements) => {
+      if (settlements.length === 1) return Effect.map(Effect.exit(settlements[0]!.alone ?? settlements[0]!.settle), (exit) => [exit])
+      const settled = Effect.forEach(settlements, (settlement) => settlement.settle)
+      const next = claimsFor(settlements.map((settlement) => settlement.prefetch))
+      return (next === undefined
+        ? Effect.map(backing.transaction(settled), (results) => results.map(Exit.succeed))
+        : Effect.flatMap(
+          backing.transaction(Effect.zip(settled, next)),
+          ([results, claimed]) => Effect.as(holdAll(claimed), results.map(Exit.succeed))
+        )).pipe(Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement.settle))))
+    },
     256,
     { othersAround, probeEvery: gatherProbe }
   )
@@ -249,36 +260,32 @@ const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
 }
 
 /**
- * A settlement through the group commit, retried by itself when that failed
- * (the retry's schedule only then: building it costs more than an ack).
- */
-const retried = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  Effect.catchAll(
-    grouped(settles, settlement),
-    () => Effect.retry(settlement.settle, { times: 3, schedule: Schedule.exponential(50) })
-  )
-
-/**
  * The settlement of a take's own element, when its scope closes: a failure
  * that outlived the retries is the take's `PersistedQueueError` (the lease
- * brings the element back).
+ * brings the element back). A failed group commit is retried by itself (the
+ * retry's schedule only then: building it costs more than an ack). Its value
+ * is the finalizer's, which nobody reads.
  */
 const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, what: string) =>
 (settlement: Settlement) =>
-  retried(settles, settlement).pipe(
-    Effect.mapError(
-      (cause) =>
-        new PersistedQueue.PersistedQueueError({
-          message: `Failed ${what} a persisted queue element; it is taken again when its lease lapses`,
-          cause
-        })
-    ),
-    Effect.asVoid
+  Effect.catchAll(
+    grouped(settles, settlement),
+    () =>
+      Effect.mapError(
+        Effect.retry(settlement.settle, { times: 3, schedule: Schedule.exponential(50) }),
+        (cause) =>
+          new PersistedQueue.PersistedQueueError({
+            message: `Failed ${what} a persisted queue element; it is taken again when its lease lapses`,
+            cause
+          })
+      )
   )
 
 /** A settlement through the group commit (directly when it would be alone). */
 const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  ownTransactionOr(settlement.settle, settles.submit(settlement, settlement.alone ?? settlement.settle))
+  Effect.withFiberRuntime<unknown, InvalidOptions | SqlError>((fiber) =>
+    inTransactionOf(fiber) ? settlement.settle : settles.submit(settlement, settlement.alone ?? settlement.settle)
+  )
 
 /** A settlement that is not a take's own (burying on the way, a release for an interruption): a failure is logged. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
@@ -303,8 +310,11 @@ const settle = (
 ) => {
   if (Exit.isSuccess(exit)) {
     // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
-    const alone = prefetch !== undefined && prefetch.slot.wants() ? prefetch.ackAndClaim(handle as Held) : undefined
-    return reported(settles, "acking")({ settle: handle.ack, alone })
+    // Shared with other acks, that transaction claims the next element for this queue too.
+    if (prefetch === undefined || !prefetch.slot.wants()) return reported(settles, "acking")({ settle: handle.ack })
+    // The plain ack is built only when it runs (the handle builds each operation when asked).
+    const ack = Effect.suspend(() => handle.ack)
+    return reported(settles, "acking")({ settle: ack, alone: prefetch.ackAndClaim(handle as Held), prefetch })
   }
   if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })

@@ -4,7 +4,6 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type * as Q from "../../Queues.js"
 import type { ClaimHandle } from "../handle.js"
 import { ackClaimWithin, claimWithin, type ClaimOne, type QueueInternals } from "../queue.js"
-import { inTransaction } from "../transactionOwner.js"
 import { makeGroupCommit } from "./groupCommit.js"
 import type { Prefetch, PrefetchSlot } from "./prefetch.js"
 
@@ -24,17 +23,13 @@ export const gatherProbe = 32
 const claimBatchMax = 100
 
 /**
- * `own` where the fiber is inside a transaction (a take run in the
- * application's `sql.withTransaction`), `shared` otherwise. A shared batch
- * runs in its leader's fiber: led from inside a transaction, the other
- * takes' claims and acks would commit or roll back with the application's
- * work (and on SQLite, waiting behind it for the connection, deadlock).
- * Inside one, a take's claim and settle join that transaction, as ever.
+ * Whether the fiber is inside a transaction (a take run in the
+ * application's `sql.withTransaction`): a take's claim and settle then join
+ * that transaction, as ever, and are never shared. A shared batch runs in
+ * its leader's fiber: led from inside a transaction, the other takes'
+ * claims and acks would commit or roll back with the application's work
+ * (and on SQLite, waiting behind it for the connection, deadlock).
  */
-export const ownTransactionOr = <A, E>(own: Effect.Effect<A, E>, shared: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  Effect.flatMap(inTransaction, (open) => (open ? own : shared))
-
-/** `inTransaction`, read from a fiber at hand. */
 export const inTransactionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
   fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)
 
@@ -42,7 +37,34 @@ export const inTransactionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
 export interface QueuePrefetch {
   readonly slot: PrefetchSlot<Held>
   readonly ackAndClaim: (handle: Held) => Effect.Effect<void, SqlError>
+  /** Claims up to `n` (inside a shared settle transaction: `hold` them once it committed). */
+  readonly claimNext: (n: number) => Effect.Effect<ReadonlyArray<Held>, SqlError>
+  readonly hold: (handles: ReadonlyArray<Held>) => Effect.Effect<void>
 }
+
+/**
+ * The claims a shared settle transaction makes for the queues whose acks
+ * in it prefetch (one element per such ack, in claim order), or undefined
+ * when none does: many takes that found their elements at once ack in one
+ * transaction, which then also claims their queues' next elements, held
+ * for their next takes (the 100 concurrent takes of a drain, round after
+ * round). What it claimed is held only after the transaction committed.
+ */
+export const claimsFor = (prefetches: ReadonlyArray<QueuePrefetch | undefined>) => {
+  let wanted: Map<QueuePrefetch, number> | undefined
+  for (const prefetch of prefetches) {
+    if (prefetch !== undefined) (wanted ??= new Map()).set(prefetch, (wanted.get(prefetch) ?? 0) + 1)
+  }
+  if (wanted === undefined) return undefined
+  return Effect.forEach(
+    wanted,
+    ([prefetch, n]) => Effect.map(prefetch.claimNext(Math.min(n, claimBatchMax)), (handles) => [prefetch, handles] as const)
+  )
+}
+
+/** Holds what `claimsFor`'s claims took, once their transaction committed. */
+export const holdAll = (claimed: ReadonlyArray<readonly [QueuePrefetch, ReadonlyArray<Held>]>) =>
+  Effect.forEach(claimed, ([prefetch, handles]) => prefetch.hold(handles), { discard: true })
 
 /** A PersistedQueue name's alkstore queue, its coalesced claim and its prefetch (none for a `Queues` not alkstore's own). */
 export interface Known {
@@ -67,7 +89,9 @@ export const knownQueue = (
     claim: coalescedClaim(claimUpTo, workerId, othersAround, slot, prefetch),
     prefetch: {
       slot,
-      ackAndClaim: (handle) => Effect.flatMap(ackClaim(handle, workerId, 1), (handles) => prefetch.hold(slot, handles))
+      ackAndClaim: (handle) => Effect.flatMap(ackClaim(handle, workerId, 1), (handles) => prefetch.hold(slot, handles)),
+      claimNext: (n) => claimUpTo(workerId, n) as Effect.Effect<ReadonlyArray<Held>, SqlError>,
+      hold: (handles) => prefetch.hold(slot, handles)
     }
   }
 }
