@@ -182,6 +182,26 @@ export const persistedQueuePrefetchContract = (engine: EngineUnderTest) =>
         yield* eventuallyStats("paces", { pending: 0, claimed: 0, dead: 0 })
       })), 60_000)
 
+    it.effect("100 concurrent takes, round after round (shared acks claim the next round): each element once, none left held", () =>
+      run(Effect.gen(function*() {
+        const queue = yield* PersistedQueue.make({ name: "rounds", schema: Item })
+        const count = 400
+        yield* offerAll(queue, count)
+        const seen: Array<{ n: number; attempts: number }> = []
+        yield* Effect.forEach(
+          Array.from({ length: count }),
+          () => queue.take((value, { attempts }) => Effect.sync(() => seen.push({ n: value.n, attempts }))),
+          { concurrency: 100, discard: true }
+        )
+        expect(seen.map(({ n }) => n).sort((a, b) => a - b)).toEqual(Array.from({ length: count }, (_, n) => n))
+        expect(seen.filter(({ attempts }) => attempts !== 0)).toEqual([])
+        // More takes than elements: the last ones wait; nothing is held for them nor left claimed.
+        const late = yield* Effect.fork(queue.take(Effect.succeed))
+        yield* eventuallyStats("rounds", { pending: 0, claimed: 0, dead: 0 })
+        yield* queue.offer({ n: count })
+        expect(yield* eventually(Fiber.join(late))).toEqual({ n: count })
+      })), 60_000)
+
     it.effect("attempts and maxAttempts count as without prefetch: a failing element is dead after its attempts", () =>
       run(Effect.gen(function*() {
         const queue = yield* PersistedQueue.make({ name: "failing", schema: Item })
