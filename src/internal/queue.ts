@@ -49,10 +49,7 @@ export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
  */
 export const claimWithin: unique symbol = Symbol.for("alkstore/Queue/claimWithin")
 
-/**
- * Acks a claim of this queue and claims up to `n` more in one transaction
- * (the worker's fused step; EffectStores' PersistedQueue prefetch). Internal, as `takeWithin`.
- */
+/** Acks a claim and claims up to `n` more in one transaction (the worker's fused step). Internal, as `takeWithin`. */
 export const ackClaimWithin: unique symbol = Symbol.for("alkstore/Queue/ackClaimWithin")
 
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>

@@ -127,7 +127,7 @@ export const make = (
           }
           // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
           const look: Effect.Effect<Taken, PersistedQueue.PersistedQueueError> = Effect.flatMap(
-            Effect.mapError(heldOr(entry, takeUnder(entry.queue, workerId, waiting, entry.claim)), takeFailed),
+            Effect.mapError(heldOr(entry, () => takeUnder(entry.queue, workerId, waiting, entry.claim)), takeFailed),
             (handle) => accept(handle)
           )
           const accept = (handle: Q.JobHandle<Stored>): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
@@ -172,11 +172,11 @@ export const make = (
  * The element prefetched for this queue, when one is held and the take is
  * not inside the application's transaction: handed over with no statement,
  * nor the claim's bookkeeping (no wait happened, so no wake to pass on).
- * Else `take`, which looks in the slot again whenever it claims.
+ * Else `take` (built only then), which looks in the slot again whenever it claims.
  */
-const heldOr = <E>(entry: Known, take: Effect.Effect<Q.JobHandle<Stored>, E>): Effect.Effect<Q.JobHandle<Stored>, E> =>
-  entry.prefetch === undefined ? take : Effect.withFiberRuntime((fiber) => {
-    if (entry.prefetch!.slot.handles.length === 0 || inTransactionOf(fiber)) return take
+const heldOr = <E>(entry: Known, take: () => Effect.Effect<Q.JobHandle<Stored>, E>): Effect.Effect<Q.JobHandle<Stored>, E> =>
+  entry.prefetch === undefined ? Effect.suspend(take) : Effect.withFiberRuntime((fiber) => {
+    if (entry.prefetch!.slot.handles.length === 0 || inTransactionOf(fiber)) return take()
     return Effect.succeed(entry.prefetch!.slot.take()!)
   })
 
