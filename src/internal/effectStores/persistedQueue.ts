@@ -64,6 +64,10 @@ const failure = (message: string) => (cause: unknown) => new PersistedQueue.Pers
  *   at once behind what is already due, or buries it (dead, with the cause)
  *   once `maxAttempts` failures are spent. The lease is renewed while the
  *   scope is open (one renewal loop per store, in the layer's scope).
+ * - A take that found its element at once acks it and claims the queue's
+ *   next element in one transaction, held for the next take (prefetch.ts,
+ *   queueClaims.ts); concurrent takes' claims and settles are shared
+ *   (groupCommit.ts).
  */
 export const make = (
   options: PersistedQueueStoreOptions = {}

@@ -150,7 +150,8 @@ export const makePrefetch = <H>(
       return all
     }
     const releaseLater = (handles: ReadonlyArray<H>) => {
-      if (handles.length === 0) return
+      // After the close nobody sweeps: the release the caller makes in its transaction is then the only one.
+      if (handles.length === 0 || closed) return
       later.push(...handles)
       arm()
     }
