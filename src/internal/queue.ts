@@ -21,6 +21,7 @@ import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
 import { makeStream } from "./stream.js"
+import { makeAckAndClaim } from "./ackAndClaim.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -48,6 +49,9 @@ export const takeWithin: unique symbol = Symbol.for("alkstore/Queue/takeWithin")
  */
 export const claimWithin: unique symbol = Symbol.for("alkstore/Queue/claimWithin")
 
+/** Acks a claim and claims up to `n` more in one transaction (the worker's fused step). Internal, as `takeWithin`. */
+export const ackClaimWithin: unique symbol = Symbol.for("alkstore/Queue/ackClaimWithin")
+
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 
 /** How a take looks for work (`takeUpTo`); every field is optional. */
@@ -71,6 +75,7 @@ export interface QueueInternals<A> {
     claimOne?: ClaimOne<A>
   ) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
   readonly [claimWithin]: (workerId: string, n: number) => Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError>
+  readonly [ackClaimWithin]: (handle: ClaimHandle<A>, workerId: string, n: number) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError>
 }
 
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
@@ -391,6 +396,7 @@ export const makeQueue = <A>(
     take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
     [takeWithin]: (workerId, restore, claimOne) => takeUnder(workerId, restore, true, claimOne),
     [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
+    [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
     process,
     ...makeInspection<A>(engine, name, freed)

@@ -1,15 +1,26 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
 import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
-import { claimWithin, type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
+import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
 import { Backing, type BackingShape } from "./backing.js"
-import { inTransaction } from "../transactionOwner.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
+import { makePrefetch } from "./prefetch.js"
+import {
+  gatherProbe,
+  type Held,
+  inTransactionOf,
+  type Known,
+  knownQueue,
+  claimsFor,
+  holdAll,
+  type QueuePrefetch,
+  type Stored
+} from "./queueClaims.js"
 
 export interface PersistedQueueStoreOptions {
   /**
@@ -19,12 +30,6 @@ export interface PersistedQueueStoreOptions {
    * `@effect/sql`'s store's lock expiration).
    */
   readonly visibilityTimeout?: Duration.DurationInput
-}
-
-/** What each element's job carries: the element's id (PersistedQueue hands it to `take`) and the element. */
-interface Stored {
-  readonly id: string
-  readonly element: unknown
 }
 
 const isStored = (payload: unknown): payload is Stored =>
@@ -59,6 +64,10 @@ const failure = (message: string) => (cause: unknown) => new PersistedQueue.Pers
  *   at once behind what is already due, or buries it (dead, with the cause)
  *   once `maxAttempts` failures are spent. The lease is renewed while the
  *   scope is open (one renewal loop per store, in the layer's scope).
+ * - A take that found its element at once acks it and claims the queue's
+ *   next element in one transaction, held for the next take (prefetch.ts,
+ *   queueClaims.ts); concurrent takes' claims and settles are shared
+ *   (groupCommit.ts).
  */
 export const make = (
   options: PersistedQueueStoreOptions = {}
@@ -76,17 +85,16 @@ export const make = (
     // Takes holding an element: whether a claim or a settle may have company (others would settle soon).
     const othersHolding = () => open.size > 0
     const settles = settleGroup(backing, othersHolding)
-    const handles = new Map<string, Q.Queue<Stored>>()
-    // Per queue: the claim of one element every waiting take makes, coalesced (one claim of up to 100 rows).
-    const claims = new Map<string, ClaimOne<Stored> | undefined>()
-    const queueOf = (name: string): Effect.Effect<Q.Queue<Stored>, PersistedQueue.PersistedQueueError> => {
-      const known = handles.get(name)
-      if (known !== undefined) return Effect.succeed(known)
+    const prefetch = yield* makePrefetch<Held>((held) => settled("releasing")(releaseAll(backing, held)))
+    const known = new Map<string, Known>()
+    const knownOf = (name: string): Effect.Effect<Known, PersistedQueue.PersistedQueueError> => {
+      const found = known.get(name)
+      if (found !== undefined) return Effect.succeed(found)
       return queues.queue(name, { visibilityTimeout, maxAttempts: unlimited }).pipe(
-        Effect.map((queue) => {
-          handles.set(name, queue as Q.Queue<Stored>)
-          claims.set(name, coalescedClaim(queue as Q.Queue<Stored>, workerId, othersHolding))
-          return queue as Q.Queue<Stored>
+        Effect.map((q) => {
+          const entry = knownQueue(q as Q.Queue<Stored>, workerId, othersHolding, prefetch)
+          known.set(name, entry)
+          return entry
         }),
         Effect.mapError(failure(`invalid persisted queue name ${JSON.stringify(name)}`))
       )
@@ -94,7 +102,7 @@ export const make = (
 
     const offer = ({ element, id, isCustomId, name }: Parameters<PersistedQueue.PersistedQueueStore["Type"]["offer"]>[0]) =>
       Effect.gen(function*() {
-        const queue = yield* queueOf(name)
+        const { queue } = yield* knownOf(name)
         const payload: Stored = { id, element }
         if (!isCustomId) return yield* queue.enqueue(payload)
         const invalid = checkText("id", id)
@@ -114,54 +122,82 @@ export const make = (
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
       Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          const queue = yield* queueOf(name)
-          while (true) {
-            // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
-            const handle = yield* takeUnder(queue, workerId, restore, claims.get(name)).pipe(
-              Effect.mapError(failure("Failed to take element from persisted queue"))
-            )
+        Effect.flatMap(knownOf(name), (entry) => {
+          // Whether this take waited: a take that found its element at once prefetches the next (see `settle`).
+          let waited = false
+          const waiting: Restore = (effect) => {
+            waited = true
+            return restore(effect)
+          }
+          // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
+          const look: Effect.Effect<Taken, PersistedQueue.PersistedQueueError> = Effect.flatMap(
+            Effect.mapError(heldOr(entry, () => takeUnder(entry.queue, workerId, waiting, entry.claim)), takeFailed),
+            (handle) => accept(handle)
+          )
+          const accept = (handle: Q.JobHandle<Stored>): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
             const attempts = handle.job.attempts - 1
             const payload = handle.job.payload
             if (!isStored(payload)) {
-              yield* bury(settles, handle, "not a PersistedQueue element: its payload is not { id, element }")
-              continue
+              return Effect.zipRight(bury(settles, handle, "not a PersistedQueue element: its payload is not { id, element }"), look)
             }
-            if (attempts >= maxAttempts) {
-              // Claims that never settled (a process died holding them) spent attempts too.
-              yield* bury(settles, handle, `max attempts (${maxAttempts}) exceeded`)
-              continue
-            }
-            // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
-            // when the take returned there: an interruption already pending lands as this mask ends, and the
-            // scope (with the finalizer below) would never close. Give the element back now instead.
-            if (callerInterruptible && (yield* interruptPending)) {
-              yield* settled("releasing")(grouped(settles, handle.release))
-              return yield* Effect.interrupt
-            }
-            open.add(handle)
-            // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
-            // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
-            // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
-            // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
-            yield* Scope.addFinalizerExit(
-              yield* Effect.scope,
-              (exit) =>
-                Effect.zipRight(
-                  Effect.sync(() => open.delete(handle)),
-                  settle(settles, handle, exit, maxAttempts)
-                ) as Effect.Effect<void>
-            )
-            return { id: payload.id, attempts, element: payload.element }
+            // Claims that never settled (a process died holding them) spent attempts too.
+            if (attempts >= maxAttempts) return Effect.zipRight(bury(settles, handle, `max attempts (${maxAttempts}) exceeded`), look)
+            return Effect.withFiberRuntime((fiber) => {
+              // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
+              // when the take returned there: an interruption already pending lands as this mask ends, and the
+              // scope (with the finalizer below) would never close. Give the element back now instead.
+              if (callerInterruptible && !Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))) {
+                return Effect.zipRight(settled("releasing")(grouped(settles, { settle: handle.release })), Effect.interrupt)
+              }
+              open.add(handle)
+              // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
+              // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
+              // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
+              // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
+              const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
+                Effect.suspend(() => {
+                  open.delete(handle)
+                  return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
+                }) as Effect.Effect<void>
+              return Effect.as(
+                Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer),
+                { id: payload.id, attempts, element: payload.element }
+              )
+            })
           }
+          return look
         })
       ))
 
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })
 
-/** Whether this fiber was interrupted while uninterruptible (the interruption lands at its next interruptible step). */
-const interruptPending = Effect.map(FiberRef.get(FiberRef.interruptedCause), (cause) => !Cause.isEmpty(cause))
+/**
+ * The element prefetched for this queue, when one is held and the take is
+ * not inside the application's transaction: handed over with no statement,
+ * nor the claim's bookkeeping (no wait happened, so no wake to pass on).
+ * Else `take` (built only then), which looks in the slot again whenever it claims.
+ */
+const heldOr = <E>(entry: Known, take: () => Effect.Effect<Q.JobHandle<Stored>, E>): Effect.Effect<Q.JobHandle<Stored>, E> =>
+  entry.prefetch === undefined ? Effect.suspend(take) : Effect.withFiberRuntime((fiber) => {
+    if (entry.prefetch!.slot.handles.length === 0 || inTransactionOf(fiber)) return take()
+    return Effect.succeed(entry.prefetch!.slot.take()!)
+  })
+
+/** Gives back elements claimed for takes that are gone (no attempt spent), in one transaction. */
+const releaseAll = (backing: BackingShape, held: ReadonlyArray<Held>) =>
+  held.length === 1
+    ? held[0]!.release
+    : backing.transaction(Effect.forEach(held, (handle) => handle.release, { discard: true }))
+
+/** What a take hands PersistedQueue. */
+interface Taken {
+  readonly id: string
+  readonly attempts: number
+  readonly element: unknown
+}
+
+const takeFailed = failure("Failed to take element from persisted queue")
 
 /**
  * The queue's take under this mask's `restore` (`takeWithin`). A `Queues`
@@ -174,61 +210,17 @@ const takeUnder = (queue: Q.Queue<Stored>, workerId: string, restore: Restore, c
   return within === undefined ? restore(queue.take(workerId)) : within(workerId, restore, claimOne)
 }
 
-/** A lone claim or settle yields to gather others every this many times, when no other take is known around. */
-const gatherProbe = 32
-
 /**
- * `own` where the fiber is inside a transaction (a take run in the
- * application's `sql.withTransaction`), `shared` otherwise. A shared batch
- * runs in its leader's fiber: led from inside a transaction, the other
- * takes' claims and acks would commit or roll back with the application's
- * work (and on SQLite, waiting behind it for the connection, deadlock).
- * Inside one, a take's claim and settle join that transaction, as ever.
+ * A claim's settlement: ack, release, retry or bury (`settle`); `alone`,
+ * when given, is what it runs instead when it is served alone (an ack fused
+ * with the prefetch of the next element: never inside a shared transaction).
  */
-const ownTransactionOr = <A, E>(own: Effect.Effect<A, E>, shared: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  Effect.flatMap(inTransaction, (open) => (open ? own : shared))
-
-/** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
-const claimBatchMax = 100
-
-/**
- * Claim coalescing: the takes of one queue that look for an element at the
- * same time are served by one claim of up to `claimBatchMax` rows (one write
- * transaction), one element each, in claim order; those the claim found
- * nothing for get none and wait as ever. The claim's group commit is
- * uninterruptible, so every claimed element reaches the one take it was
- * claimed for, and a take interrupted meanwhile releases its element at
- * once (the `interruptPending` check in `take`). Undefined for a `Queues`
- * that is not alkstore's own (its takes claim one by one).
- */
-const coalescedClaim = (
-  queue: Q.Queue<Stored>,
-  workerId: string,
-  othersAround: () => boolean
-): ClaimOne<Stored> | undefined => {
-  const claimUpTo = (queue as Partial<QueueInternals<Stored>>)[claimWithin]
-  if (claimUpTo === undefined) return undefined
-  const none: ReadonlyArray<Q.JobHandle<Stored>> = []
-  const group = makeGroupCommit<void, ReadonlyArray<Q.JobHandle<Stored>>, SqlError>(
-    (takes) =>
-      Effect.map(
-        Effect.exit(claimUpTo(workerId, takes.length)),
-        (claimed) =>
-          takes.map((_, i) =>
-            Exit.isSuccess(claimed)
-              ? Exit.succeed(i < claimed.value.length ? [claimed.value[i]!] : none)
-              : Exit.failCause(claimed.cause)
-          )
-      ),
-    claimBatchMax,
-    { othersAround, probeEvery: gatherProbe }
-  )
-  const alone = claimUpTo(workerId, 1)
-  return ownTransactionOr(alone, group.submit(undefined, alone))
+interface Settlement {
+  readonly settle: Effect.Effect<unknown, InvalidOptions | SqlError>
+  readonly alone?: Effect.Effect<unknown, InvalidOptions | SqlError> | undefined
+  /** The queue an ack prefetches for, when it shares a transaction with others (see `claimsFor`). */
+  readonly prefetch?: QueuePrefetch | undefined
 }
-
-/** A claim's settlement: ack, release, retry or bury. */
-type Settlement = Effect.Effect<unknown, InvalidOptions | SqlError>
 
 /**
  * Group commit of settlements: those asked for while a settle transaction
@@ -239,13 +231,17 @@ type Settlement = Effect.Effect<unknown, InvalidOptions | SqlError>
  */
 const settleGroup = (backing: BackingShape, othersAround: () => boolean): GroupCommit<Settlement, unknown, InvalidOptions | SqlError> =>
   makeGroupCommit<Settlement, unknown, InvalidOptions | SqlError>(
-    (settlements) =>
-      settlements.length === 1
-        ? Effect.map(Effect.exit(settlements[0]!), (exit) => [exit])
-        : backing.transaction(Effect.forEach(settlements, (settlement) => settlement)).pipe(
-          Effect.map((results) => results.map(Exit.succeed)),
-          Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement)))
-        ),
+    (settlements) => {
+      if (settlements.length === 1) return Effect.map(Effect.exit(settlements[0]!.alone ?? settlements[0]!.settle), (exit) => [exit])
+      const settled = Effect.forEach(settlements, (settlement) => settlement.settle)
+      const next = claimsFor(settlements.map((settlement) => settlement.prefetch))
+      return (next === undefined
+        ? Effect.map(backing.transaction(settled), (results) => results.map(Exit.succeed))
+        : Effect.flatMap(
+          backing.transaction(Effect.zip(settled, next)),
+          ([results, claimed]) => Effect.as(holdAll(claimed), results.map(Exit.succeed))
+        )).pipe(Effect.catchAll(() => Effect.forEach(settlements, (settlement) => Effect.exit(settlement.settle))))
+    },
     256,
     { othersAround, probeEvery: gatherProbe }
   )
@@ -268,36 +264,32 @@ const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
 }
 
 /**
- * A settlement through the group commit, retried by itself when that failed
- * (the retry's schedule only then: building it costs more than an ack).
- */
-const retried = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  Effect.catchAll(
-    grouped(settles, settlement),
-    () => Effect.retry(settlement, { times: 3, schedule: Schedule.exponential(50) })
-  )
-
-/**
  * The settlement of a take's own element, when its scope closes: a failure
  * that outlived the retries is the take's `PersistedQueueError` (the lease
- * brings the element back).
+ * brings the element back). A failed group commit is retried by itself (the
+ * retry's schedule only then: building it costs more than an ack). Its value
+ * is the finalizer's, which nobody reads.
  */
 const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, what: string) =>
 (settlement: Settlement) =>
-  retried(settles, settlement).pipe(
-    Effect.mapError(
-      (cause) =>
-        new PersistedQueue.PersistedQueueError({
-          message: `Failed ${what} a persisted queue element; it is taken again when its lease lapses`,
-          cause
-        })
-    ),
-    Effect.asVoid
+  Effect.catchAll(
+    grouped(settles, settlement),
+    () =>
+      Effect.mapError(
+        Effect.retry(settlement.settle, { times: 3, schedule: Schedule.exponential(50) }),
+        (cause) =>
+          new PersistedQueue.PersistedQueueError({
+            message: `Failed ${what} a persisted queue element; it is taken again when its lease lapses`,
+            cause
+          })
+      )
   )
 
 /** A settlement through the group commit (directly when it would be alone). */
 const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
-  ownTransactionOr(settlement, settles.submit(settlement, settlement))
+  Effect.withFiberRuntime<unknown, InvalidOptions | SqlError>((fiber) =>
+    inTransactionOf(fiber) ? settlement.settle : settles.submit(settlement, settlement.alone ?? settlement.settle)
+  )
 
 /** A settlement that is not a take's own (burying on the way, a release for an interruption): a failure is logged. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
@@ -310,19 +302,28 @@ const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
   )
 
 const bury = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, handle: Q.JobHandle<Stored>, reason: string) =>
-  settled("burying")(grouped(settles, handle.fail(reason)))
+  settled("burying")(grouped(settles, { settle: handle.fail(reason) }))
 
 const settle = (
   settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>,
   handle: Q.JobHandle<Stored>,
   exit: Exit.Exit<unknown, unknown>,
-  maxAttempts: number
+  maxAttempts: number,
+  /** The queue's prefetch, for a take that found its element at once (a busy queue: the next take is likely soon). */
+  prefetch: QueuePrefetch | undefined
 ) => {
-  if (Exit.isSuccess(exit)) return reported(settles, "acking")(handle.ack)
-  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")(handle.release)
+  if (Exit.isSuccess(exit)) {
+    // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
+    // Shared with other acks, that transaction claims the next element for this queue too.
+    if (prefetch === undefined || !prefetch.slot.wants()) return reported(settles, "acking")({ settle: handle.ack })
+    // The plain ack is built only when it runs (the handle builds each operation when asked).
+    const ack = Effect.suspend(() => handle.ack)
+    return reported(settles, "acking")({ settle: ack, alone: prefetch.ackAndClaim(handle as Held), prefetch })
+  }
+  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })
   // `job.attempts` counts this claim: it is the failures so far, this one included.
   return handle.job.attempts >= maxAttempts
-    ? reported(settles, "burying")(handle.fail(error))
-    : reported(settles, "retrying")(handle.retry(error, Duration.zero))
+    ? reported(settles, "burying")({ settle: handle.fail(error) })
+    : reported(settles, "retrying")({ settle: handle.retry(error, Duration.zero) })
 }

@@ -1,0 +1,156 @@
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Exit, type Fiber } from "effect"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type * as Q from "../../Queues.js"
+import type { ClaimHandle } from "../handle.js"
+import { ackClaimWithin, claimWithin, type ClaimOne, type QueueInternals } from "../queue.js"
+import { makeGroupCommit } from "./groupCommit.js"
+import type { Prefetch, PrefetchSlot } from "./prefetch.js"
+
+/** What each element's job carries: the element's id (PersistedQueue hands it to `take`) and the element. */
+export interface Stored {
+  readonly id: string
+  readonly element: unknown
+}
+
+/** A handle as alkstore's own queue gives it: a `ClaimHandle`, whose fence the fused ack + claim needs. */
+export type Held = ClaimHandle<Stored>
+
+/** A lone claim or settle yields to gather others every this many times, when no other take is known around. */
+export const gatherProbe = 32
+
+/** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
+const claimBatchMax = 100
+
+/**
+ * Whether the fiber is inside a transaction (a take run in the
+ * application's `sql.withTransaction`): a take's claim and settle then join
+ * that transaction, as ever, and are never shared. A shared batch runs in
+ * its leader's fiber: led from inside a transaction, the other takes'
+ * claims and acks would commit or roll back with the application's work
+ * (and on SQLite, waiting behind it for the connection, deadlock).
+ */
+export const inTransactionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+  fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)
+
+/** A queue's prefetch: its slot, and a successful take's ack fused with the claim of the next element into it. */
+export interface QueuePrefetch {
+  readonly slot: PrefetchSlot<Held>
+  readonly ackAndClaim: (handle: Held) => Effect.Effect<void, SqlError>
+  /** Claims up to `n` (inside a shared settle transaction: `hold` them once it committed). */
+  readonly claimNext: (n: number) => Effect.Effect<ReadonlyArray<Held>, SqlError>
+  readonly hold: (handles: ReadonlyArray<Held>) => Effect.Effect<void>
+}
+
+/**
+ * The claims a shared settle transaction makes for the queues whose acks
+ * in it prefetch (one element per such ack, in claim order), or undefined
+ * when none does: many takes that found their elements at once ack in one
+ * transaction, which then also claims their queues' next elements, held
+ * for their next takes (the 100 concurrent takes of a drain, round after
+ * round). What it claimed is held only after the transaction committed.
+ */
+export const claimsFor = (prefetches: ReadonlyArray<QueuePrefetch | undefined>) => {
+  let wanted: Map<QueuePrefetch, number> | undefined
+  for (const prefetch of prefetches) {
+    if (prefetch !== undefined) (wanted ??= new Map()).set(prefetch, (wanted.get(prefetch) ?? 0) + 1)
+  }
+  if (wanted === undefined) return undefined
+  return Effect.forEach(
+    wanted,
+    ([prefetch, n]) => Effect.map(prefetch.claimNext(Math.min(n, claimBatchMax)), (handles) => [prefetch, handles] as const)
+  )
+}
+
+/** Holds what `claimsFor`'s claims took, once their transaction committed. */
+export const holdAll = (claimed: ReadonlyArray<readonly [QueuePrefetch, ReadonlyArray<Held>]>) =>
+  Effect.forEach(claimed, ([prefetch, handles]) => prefetch.hold(handles), { discard: true })
+
+/** A PersistedQueue name's alkstore queue, its coalesced claim and its prefetch (none for a `Queues` not alkstore's own). */
+export interface Known {
+  readonly queue: Q.Queue<Stored>
+  readonly claim: ClaimOne<Stored> | undefined
+  readonly prefetch: QueuePrefetch | undefined
+}
+
+export const knownQueue = (
+  queue: Q.Queue<Stored>,
+  workerId: string,
+  othersAround: () => boolean,
+  prefetch: Prefetch<Held>
+): Known => {
+  const internals = queue as Partial<QueueInternals<Stored>>
+  const claimUpTo = internals[claimWithin]
+  const ackClaim = internals[ackClaimWithin]
+  if (claimUpTo === undefined || ackClaim === undefined) return { queue, claim: undefined, prefetch: undefined }
+  const slot = prefetch.slot()
+  return {
+    queue,
+    claim: coalescedClaim(claimUpTo, workerId, othersAround, slot, prefetch),
+    prefetch: {
+      slot,
+      ackAndClaim: (handle) => Effect.flatMap(ackClaim(handle, workerId, 1), (handles) => prefetch.hold(slot, handles)),
+      claimNext: (n) => claimUpTo(workerId, n) as Effect.Effect<ReadonlyArray<Held>, SqlError>,
+      hold: (handles) => prefetch.hold(slot, handles)
+    }
+  }
+}
+
+/**
+ * How a take looks for an element. First the queue's prefetched element,
+ * if one is held (no transaction at all). Else claim coalescing: the takes
+ * of one queue that look at the same time are served by one claim of up
+ * to `claimBatchMax` rows (one write transaction), one element each, in
+ * claim order; those the claim found nothing for get none and wait as ever.
+ * The claim's group commit is uninterruptible, so every claimed element
+ * reaches the one take it was claimed for, and a take interrupted
+ * meanwhile releases its element at once (the `interruptPending` check in
+ * `take`).
+ *
+ * A take inside the application's transaction claims by itself, in that
+ * transaction, and never takes a prefetched element: claimed outside, it
+ * would not roll back with it. It gives back what is held for its queue
+ * first, both inside its transaction (so its own claim may take it) and,
+ * by the store's own fiber, after it (a rollback undoes the first release;
+ * the second, fenced by the prefetch's claim token, is then the one that
+ * counts, and is a no-op otherwise). Without that, on SQLite, whose one
+ * connection the transaction holds, the held element could be released
+ * only after the transaction — which waits for it: a stall until its lease
+ * lapses.
+ */
+const coalescedClaim = (
+  claimUpTo: QueueInternals<Stored>[typeof claimWithin],
+  workerId: string,
+  othersAround: () => boolean,
+  slot: PrefetchSlot<Held>,
+  prefetch: Prefetch<Held>
+): ClaimOne<Stored> => {
+  const none: ReadonlyArray<Q.JobHandle<Stored>> = []
+  const group = makeGroupCommit<void, ReadonlyArray<Q.JobHandle<Stored>>, SqlError>(
+    (takes) =>
+      Effect.map(
+        Effect.exit(claimUpTo(workerId, takes.length)),
+        (claimed) =>
+          takes.map((_, i) =>
+            Exit.isSuccess(claimed)
+              ? Exit.succeed(i < claimed.value.length ? [claimed.value[i]!] : none)
+              : Exit.failCause(claimed.cause)
+          )
+      ),
+    claimBatchMax,
+    { othersAround, probeEvery: gatherProbe }
+  )
+  const alone = claimUpTo(workerId, 1)
+  const shared = group.submit(undefined, alone)
+  return Effect.withFiberRuntime((fiber) => {
+    if (inTransactionOf(fiber)) {
+      if (slot.handles.length === 0) return alone
+      const held = prefetch.takeAll(slot)
+      prefetch.releaseLater(held)
+      // A release that fails here is the later one's to make.
+      return Effect.zipRight(Effect.ignore(Effect.forEach(held, (handle) => handle.release, { discard: true })), alone)
+    }
+    const held = slot.take()
+    return held === undefined ? shared : Effect.succeed([held])
+  })
+}
