@@ -27,20 +27,62 @@ export interface WatcherOptions {
 }
 
 /**
- * How long after a WAL write event that found no new commit the watcher
- * keeps looking, one look per turn of the event loop (1–3 µs each). A commit
- * writes its frames over 50–250 µs and becomes visible 20–150 µs after its
- * last write, with no event of its own: 32 turns (~60 µs) ran out before it
- * in most cross-process samples, and the wake then waited the 1 ms follow-up
- * timer (p50 1.27 ms against raw's 1 ms poller's 0.60). Counted from the
- * latest event, so a writer still writing keeps it going; capped in turns,
- * so a slow machine does not spin for long: 1 ms of spinning took the CPU
- * from the very writer it waited for on a loaded two-core machine.
+ * How the watcher looks again after a WAL write event that found no new
+ * commit. A commit writes its frames over 50–250 µs and becomes visible
+ * 20–150 µs after its last write, with no event of its own, and on a
+ * two-core machine the writer can lose its CPU in between for a millisecond
+ * or more. Until `NAP_UNTIL_MILLIS` after the latest event, each look waits
+ * `NAP_MILLIS` first (a blocking `Atomics.wait`) and runs on the next turn of
+ * the event loop; then 1 ms timers. Napping, not spinning: a look on every
+ * turn (1–3 µs each) kept this thread on a core the writer needed — the
+ * other process's enqueue took ~2 ms in one sample of ten, its commit
+ * became visible after the spin was over and the wake waited the 1 ms
+ * timer (docs/performance.md, "Issue 14, the cross-process tail"). At most
+ * `NAPS_MAX` naps per round of looks, so a foreign writer's long
+ * transaction (an event per frame) blocks this thread for at most ~2 ms at
+ * a stretch; I/O callbacks run between the naps. Only while a worker here
+ * waits, and only after another process's WAL write.
  */
-const SPIN_MILLIS = 0.4
-const SPIN_TURNS_MAX = 256
+const NAP_UNTIL_MILLIS = 2
+const NAP_MILLIS = 0.1
+const NAPS_MAX = 20
+const napCell = new Int32Array(new SharedArrayBuffer(4))
 /** Events this soon after a look found a new commit are that commit's later writes. */
 const SEEN_MILLIS = 2
+
+/** The watcher's looks after WAL write events: one round runs until a look finds a commit or it runs out. */
+export interface LookRound {
+  naps: number
+  napUntil: number
+  followUps: number
+}
+export const newLookRound = (): LookRound => ({ naps: 0, napUntil: 0, followUps: 0 })
+
+/**
+ * A WAL write event at `at`. A new round (`inFlight` false) gets its naps;
+ * events during one extend its time, not its count. The later writes of a
+ * commit just seen (`justSeen`) get one look and the timers, no naps: each
+ * look takes a read lock, and a writer restarting the WAL waits out readers.
+ */
+export const walWritten = (round: LookRound, at: number, justSeen: boolean, inFlight: boolean): void => {
+  round.followUps = 5
+  round.napUntil = at + NAP_UNTIL_MILLIS
+  if (justSeen) round.naps = 0
+  else if (!inFlight) round.naps = NAPS_MAX
+}
+
+/** After a look at `at` that found nothing: nap and look on the next turn, look after a 1 ms timer, or stop. */
+export const afterEmptyLook = (round: LookRound, at: number): "nap" | "timer" | "stop" => {
+  if (round.naps > 0 && at < round.napUntil) {
+    round.naps--
+    return "nap"
+  }
+  if (round.followUps > 0) {
+    round.followUps--
+    return "timer"
+  }
+  return "stop"
+}
 
 /**
  * The store's one cross-process change feed for SQLite: a second, read-only
@@ -100,22 +142,20 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         // A WAL write is seen before the commit that makes it visible (the
         // wal-index in shared memory moves last, without an event), and a
         // waiting process reads the event within microseconds, so the first
-        // look often finds nothing new. It looks again on every turn of the
-        // event loop (`setImmediate`) until `SPIN_MILLIS` after the latest
-        // event (at most `SPIN_TURNS_MAX` turns), then on 1 ms timers a few
-        // times. (Timers alone put half the cross-process wakes a whole
-        // timer tick, 1–1.5 ms, behind the commit.) The immediate stays
+        // look often finds nothing new. It looks again after a nap, on the
+        // next turn of the event loop (`setImmediate`), until
+        // `NAP_UNTIL_MILLIS` after the latest event (see the constants), then
+        // on 1 ms timers a few times. (Timers alone put half the cross-process
+        // wakes a whole timer tick, 1–1.5 ms, behind the commit.) The immediate stays
         // referenced: an unreferenced one does not keep the poll phase from
         // blocking, and would wait for the next timer.
-        let followUps = 0
+        const round = newLookRound()
         let followUp: NodeJS.Timeout | undefined
-        let spin: NodeJS.Immediate | undefined
-        let spins = 0
-        let spinUntil = 0
+        let nextTurn: NodeJS.Immediate | undefined
         let seenAt = Number.NEGATIVE_INFINITY
         const onEvent = () => {
           followUp = undefined
-          spin = undefined
+          nextTurn = undefined
           if (closed || failed || !waiting) return
           const before = last
           checkVersion()
@@ -123,8 +163,11 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             seenAt = performance.now()
             return
           }
-          if (spins-- > 0 && performance.now() < spinUntil) spin = setImmediate(onEvent)
-          else if (followUps-- > 0) followUp = setTimeout(onEvent, 1).unref()
+          const next = afterEmptyLook(round, performance.now())
+          if (next === "nap") {
+            Atomics.wait(napCell, 0, 0, NAP_MILLIS)
+            nextTurn = setImmediate(onEvent)
+          } else if (next === "timer") followUp = setTimeout(onEvent, 1).unref()
         }
         // The watch runs only while somebody waits (and a second after): every
         // event it delivers costs the event loop, ~4 µs per commit of the
@@ -146,13 +189,9 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
               if (event === "rename") checkIdentity()
               // Commits write the WAL; writes to the database file itself are checkpoints.
               if (failed || (name === base && event !== "rename")) return
-              followUps = 5
-              // The later writes of a commit just seen do not spin: each look takes
-              // a read lock, and a writer restarting the WAL waits out readers.
               const at = performance.now()
-              spins = at - seenAt < SEEN_MILLIS ? 0 : SPIN_TURNS_MAX
-              spinUntil = at + SPIN_MILLIS
-              if (spin !== undefined) return
+              walWritten(round, at, at - seenAt < SEEN_MILLIS, nextTurn !== undefined)
+              if (nextTurn !== undefined) return
               if (followUp !== undefined) clearTimeout(followUp)
               onEvent()
             })
@@ -202,7 +241,7 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             closed = true
             if (timer !== undefined) clearTimeout(timer)
             if (followUp !== undefined) clearTimeout(followUp)
-            if (spin !== undefined) clearImmediate(spin)
+            if (nextTurn !== undefined) clearImmediate(nextTurn)
             if (linger !== undefined) clearTimeout(linger)
             events?.close()
             db.close()
