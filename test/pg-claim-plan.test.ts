@@ -10,7 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { makeNotifier } from "../src/internal/pg/notify.js"
-import { queueStatements } from "../src/internal/pg/queueStorage.js"
+import { queueStatements } from "../src/internal/pg/queueStatements.js"
 import { pgOwned, pgSchemaFor } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
 

@@ -1,5 +1,5 @@
 /**
- * SQL fragments the PostgreSQL claim statements share (src/internal/pg/queueStorage.ts, flowStorage.ts).
+ * SQL fragments the PostgreSQL claim statements share (src/internal/pg/queueStatements.ts, flowStatements.ts).
  */
 
 /**
