@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest"
+import { flowSql } from "../src/internal/sqlite/flowStorage.js"
 import { batchClaimSql, claimSet, claimStatements, lapsedCandidatesSql, sql } from "../src/internal/sqlite/queueStatements.js"
 
 /**
@@ -29,6 +30,32 @@ describe("the SQLite claim path's statements under STAT4", () => {
       nextDeadline: sql.nextDeadline
     }
     const bare = Object.fromEntries(Object.entries(texts).map(([name, text]) => [name, bareComparisons(text)]))
+    expect(bare).toEqual(Object.fromEntries(Object.keys(texts).map((name) => [name, []])))
+  })
+
+  it("nor do flow control's statements on a limited claim's path (the readiness read, pages, groups, log, claim)", () => {
+    // After the first WHERE: the select lists and SET clauses before it bind no compared value
+    // (a row value's `(?3, ?4)` counts too).
+    const bareIn = (text: string) => (text.slice(text.indexOf("WHERE")).match(/(=|<=|<|>=|>|\(|,)\s*\?/g) ?? [])
+    const texts = {
+      limits: flowSql.limits,
+      readiness: flowSql.readiness.text,
+      inFlight: flowSql.inFlight,
+      pendingFirst: flowSql.pendingFirst(8).text,
+      pendingSame: flowSql.pendingSame(8).text,
+      pendingLower: flowSql.pendingLower(8).text,
+      lapsed: flowSql.lapsed,
+      dueScheduled: flowSql.dueScheduled(8).text,
+      groupStart: flowSql.groupStart("1:1").text,
+      groupAhead: flowSql.groupAhead(3).text,
+      pendingHead: flowSql.pendingHead("1:1").text,
+      logLast: flowSql.logLast,
+      logAt: flowSql.logAt,
+      claim: whereOf(flowSql.claim.text),
+      prune: flowSql.prune,
+      advanceRound: flowSql.advanceRound.text
+    }
+    const bare = Object.fromEntries(Object.entries(texts).map(([name, text]) => [name, bareIn(text)]))
     expect(bare).toEqual(Object.fromEntries(Object.keys(texts).map((name) => [name, []])))
   })
 })

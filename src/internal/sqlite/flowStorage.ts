@@ -34,48 +34,50 @@ const candidateColumns = `id, priority, flow_round AS round, run_at AS runAt, gr
 // The pending pages read the flow index alone (it holds every column named here).
 const pendingColumns = `id, priority, flow_round AS round, run_at AS runAt, group_key AS "group", 'pending' AS state`
 const flowOrder = `ORDER BY priority DESC, flow_round, run_at, id`
-const pendingWhere = `queue = ?1 AND state = 'pending' AND flow_round IS NOT NULL`
+const pendingWhere = `queue = +?1 AND state = 'pending' AND flow_round IS NOT NULL`
 const limitsColumns = `concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
       group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound`
 const groupAheadOf = (cap: number) => `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs
-    WHERE queue = ?1 AND group_key = ?2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (?3, ?4)
+    WHERE queue = +?1 AND group_key = +?2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (+?3, +?4)
     LIMIT ${cap}))`
 const groupInFlight = `(SELECT count(*) FROM __alkstore_jobs
-    WHERE queue = ?1 AND group_key = ?2 AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ?5)`
-const groupLast = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ?1 AND scope = '#' || ?2)`
+    WHERE queue = +?1 AND group_key = +?2 AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > +?5)`
+const groupLast = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ?2)`
 
+// Parameters in WHERE terms are written `+?`, as on the claim path (sqlite/queueStatements.ts `sql`):
+// under STAT4 statistics a bare one is read by the planner, and the statement re-prepared at every bind.
 const sql = {
-  limits: `SELECT ${limitsColumns} FROM __alkstore_flow_limits WHERE queue = ?`,
+  limits: `SELECT ${limitsColumns} FROM __alkstore_flow_limits WHERE queue = +?`,
   /**
    * The readiness read of a claim under its write lock (`queueStatements.readiness`'s flags) with the
    * queue's limits on the same row: `limited` is 0 and the limits NULL for a queue without. With a
    * `concurrency`, also its live claims (the walk's first count), and with a `rate` the end of its claim
    * log, saving the start a statement each.
    */
-  readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2) AS due,
-      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND state = 'claimed' AND claimed_until <= ?2) AS lapsed,
+  readiness: numbered(`SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2) AS due,
+      EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +?1 AND state = 'claimed' AND claimed_until <= +?2) AS lapsed,
       l.queue IS NOT NULL AS limited, ${limitsColumns},
       CASE WHEN l.concurrency IS NOT NULL THEN (SELECT count(*) FROM __alkstore_jobs
-        WHERE queue = ?1 AND state = 'claimed' AND claimed_until > ?2) END AS inFlight,
+        WHERE queue = +?1 AND state = 'claimed' AND claimed_until > +?2) END AS inFlight,
       CASE WHEN l.rate_limit IS NOT NULL THEN (SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log
-        WHERE queue = ?1 AND scope = '') END AS queueLast
-    FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = ?1`),
-  inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = ? AND state = 'claimed' AND claimed_until > ?`,
+        WHERE queue = +?1 AND scope = '') END AS queueLast
+    FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = +?1`),
+  inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = +? AND state = 'claimed' AND claimed_until > +?`,
   pendingFirst: byLiteral((size: number) =>
     numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT ${size}`)
   ),
   pendingSame: byLiteral((size: number) =>
     numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere}
-      AND priority = ?2 AND (flow_round, run_at, id) > (?3, ?4, ?5) ${flowOrder} LIMIT ${size}`)
+      AND priority = +?2 AND (flow_round, run_at, id) > (+?3, +?4, +?5) ${flowOrder} LIMIT ${size}`)
   ),
   pendingLower: byLiteral((size: number) =>
-    numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} AND priority < ?2 ${flowOrder} LIMIT ${size}`)
+    numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} AND priority < +?2 ${flowOrder} LIMIT ${size}`)
   ),
   lapsed: `SELECT ${candidateColumns} FROM __alkstore_jobs
-    WHERE queue = ? AND state = 'claimed' AND claimed_until <= ? AND flow_round IS NOT NULL LIMIT 1000`,
+    WHERE queue = +? AND state = 'claimed' AND claimed_until <= +? AND flow_round IS NOT NULL LIMIT 1000`,
   dueScheduled: byLiteral((size: number) =>
     numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs
-      WHERE queue = ?1 AND state = 'scheduled' AND run_at <= ?2 AND flow_round IS NOT NULL LIMIT ${size}`)
+      WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2 AND flow_round IS NOT NULL LIMIT ${size}`)
   ),
   // `?1` queue, `?2` group, `?3`/`?4` the candidate's round and id, `?5` now: one row, what the walk needs.
   groupStart: byLiteral((key: string) => {
@@ -89,24 +91,24 @@ const sql = {
   pendingHead: byLiteral((key: string) => {
     const [cap, log] = key.split(":")
     const group = `p."group"`
-    const inFlight = `(SELECT count(*) FROM __alkstore_jobs WHERE queue = ?1 AND group_key = ${group} AND state = 'claimed'
-      AND flow_round IS NOT NULL AND claimed_until > ?2)`
-    const ahead = `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs WHERE queue = ?1 AND group_key = ${group}
+    const inFlight = `(SELECT count(*) FROM __alkstore_jobs WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed'
+      AND flow_round IS NOT NULL AND claimed_until > +?2)`
+    const ahead = `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs WHERE queue = +?1 AND group_key = ${group}
       AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (p.round, p.id) LIMIT ${cap}))`
-    const last = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ?1 AND scope = '#' || ${group})`
+    const last = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
     return numbered(`SELECT p.*, ${cap === "" ? "0" : inFlight} AS gInFlight, ${cap === "" ? "0" : ahead} AS gAhead,
         ${log === "1" ? last : "0"} AS gLast
       FROM (SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT 1) AS p`)
   }),
-  logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = ? AND scope = ?`,
-  logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq = ?`,
-  claim: numbered(`${claimSet} WHERE id = ?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= ?1))
+  logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = +? AND scope = +?`,
+  logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = +? AND scope = +? AND seq = +?`,
+  claim: numbered(`${claimSet} WHERE id = +?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= +?1))
     RETURNING ${jobColumns}`),
   log: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?)`,
   // A claim under both a rate and a group rate logs twice: one statement.
   logTwo: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?), (?, ?, ?, ?)`,
-  prune: `DELETE FROM __alkstore_flow_log WHERE queue = ? AND scope = ? AND seq <= ? AND at <= ?`,
-  advanceRound: numbered(`UPDATE __alkstore_flow_limits SET current_round = ?1 WHERE queue = ?2 AND current_round < ?1`),
+  prune: `DELETE FROM __alkstore_flow_log WHERE queue = +? AND scope = +? AND seq <= +? AND at <= +?`,
+  advanceRound: numbered(`UPDATE __alkstore_flow_limits SET current_round = ?1 WHERE queue = +?2 AND current_round < +?1`),
   insertLimits: `INSERT INTO __alkstore_flow_limits
       (queue, concurrency, rate_limit, rate_per, group_concurrency, group_rate_limit, group_rate_per, current_round, updated_at)
     VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)`,
@@ -395,3 +397,6 @@ export const makeFlowStorage = (db: Executor, memory: FlowMemory): FlowStorage =
     freed: () => Effect.void
   }
 }
+
+/** The statements, for the check of their parameters (test/sqlite-stat4-params.test.ts). */
+export { sql as flowSql }
