@@ -1,7 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
-import { type Context, Effect } from "effect"
+import { type Context, Effect, type Fiber } from "effect"
 
 /**
  * "Is this transaction mine?", which every engine answers for itself.
@@ -25,9 +25,11 @@ export type OwnsConnection = (conn: Connection) => boolean
  * Whether the fiber runs inside some `@effect/sql` transaction (whoever's:
  * an operation in another client's is then refused by the engine's executor).
  */
-export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fiber) =>
-  Effect.succeed(fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key))
-)
+export const inTransactionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>): boolean =>
+  fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)
+
+/** `inTransactionOf` the running fiber, as an effect. */
+export const inTransaction: Effect.Effect<boolean> = Effect.withFiberRuntime((fiber) => Effect.succeed(inTransactionOf(fiber)))
 
 /** The transaction open in `context` on a connection the engine owns, `"other"` for anybody else's, or none. */
 export const ownTransaction = (

@@ -10,10 +10,10 @@ import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "..
 import { Backing, type BackingShape } from "./backing.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
 import { makePrefetch } from "./prefetch.js"
+import { inTransactionOf } from "../transactionOwner.js"
 import {
   gatherProbe,
   type Held,
-  inTransactionOf,
   type Known,
   knownQueue,
   claimsFor,
@@ -285,7 +285,13 @@ const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | Sql
       )
   )
 
-/** A settlement through the group commit (directly when it would be alone). */
+/**
+ * A settlement through the group commit (directly when it would be alone).
+ * Inside the application's transaction it runs by itself, in that
+ * transaction: a shared batch led from there would commit or roll back the
+ * other takes' settles with the application's work (and on SQLite, whose
+ * one connection the transaction holds, deadlock).
+ */
 const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlError>, settlement: Settlement) =>
   Effect.withFiberRuntime<unknown, InvalidOptions | SqlError>((fiber) =>
     inTransactionOf(fiber) ? settlement.settle : settles.submit(settlement, settlement.alone ?? settlement.settle)

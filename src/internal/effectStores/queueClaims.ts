@@ -1,10 +1,10 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Exit, type Fiber } from "effect"
-import * as SqlClient from "@effect/sql/SqlClient"
+import { Effect, Exit } from "effect"
 import type * as Q from "../../Queues.js"
 import type { ClaimHandle } from "../handle.js"
 import { ackClaimWithin, claimWithin, type ClaimOne, type QueueInternals } from "../queue.js"
 import { makeGroupCommit } from "./groupCommit.js"
+import { inTransactionOf } from "../transactionOwner.js"
 import type { Prefetch, PrefetchSlot } from "./prefetch.js"
 
 /** What each element's job carries: the element's id (PersistedQueue hands it to `take`) and the element. */
@@ -22,16 +22,6 @@ export const gatherProbe = 32
 /** At most this many rows per coalesced claim (as `@effect/sql`'s poller claims up to 100 at once). */
 const claimBatchMax = 100
 
-/**
- * Whether the fiber is inside a transaction (a take run in the
- * application's `sql.withTransaction`): a take's claim and settle then join
- * that transaction, as ever, and are never shared. A shared batch runs in
- * its leader's fiber: led from inside a transaction, the other takes'
- * claims and acks would commit or roll back with the application's work
- * (and on SQLite, waiting behind it for the connection, deadlock).
- */
-export const inTransactionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
-  fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)
 
 /** A queue's prefetch: its slot, and a successful take's ack fused with the claim of the next element into it. */
 export interface QueuePrefetch {

@@ -37,12 +37,15 @@ const flowOrder = `ORDER BY priority DESC, flow_round, run_at, id`
 const pendingWhere = `queue = +?1 AND state = 'pending' AND flow_round IS NOT NULL`
 const limitsColumns = `concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
       group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound`
-const groupAheadOf = (cap: number) => `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs
-    WHERE queue = +?1 AND group_key = +?2 AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (+?3, +?4)
+// A group's start (live claims, live jobs ahead up to the cap, its log's end), for a group, candidate and
+// instant given as parameters or as a page row's columns (`groupStart`, `pendingHead`).
+const groupInFlightOf = (group: string, now: string) => `(SELECT count(*) FROM __alkstore_jobs
+    WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ${now})`
+const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4") => `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs
+    WHERE queue = +?1 AND group_key = ${group} AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (${round}, ${id})
     LIMIT ${cap}))`
-const groupInFlight = `(SELECT count(*) FROM __alkstore_jobs
-    WHERE queue = +?1 AND group_key = +?2 AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > +?5)`
-const groupLast = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ?2)`
+const groupLastOf = (group: string) =>
+  `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
 
 // Parameters in WHERE terms are written `+?`, as on the claim path (sqlite/queueStatements.ts `sql`):
 // under STAT4 statistics a bare one is read by the planner, and the statement re-prepared at every bind.
@@ -82,8 +85,8 @@ const sql = {
   // `?1` queue, `?2` group, `?3`/`?4` the candidate's round and id, `?5` now: one row, what the walk needs.
   groupStart: byLiteral((key: string) => {
     const [cap, log] = key.split(":")
-    return numbered(`SELECT ${cap === "" ? "0" : groupInFlight} AS inFlight, ${cap === "" ? "0" : groupAheadOf(Number(cap))} AS ahead,
-      ${log === "1" ? groupLast : "0"} AS last`)
+    return numbered(`SELECT ${cap === "" ? "0" : groupInFlightOf("+?2", "+?5")} AS inFlight,
+      ${cap === "" ? "0" : groupAheadOf(Number(cap))} AS ahead, ${log === "1" ? groupLastOf("?2") : "0"} AS last`)
   }),
   groupAhead: byLiteral((cap: number) => numbered(`SELECT ${groupAheadOf(cap)} AS n`)),
   // A claim of one job's first page (`?1` queue, `?2` now) with its group's start, one statement for two:
@@ -91,13 +94,9 @@ const sql = {
   pendingHead: byLiteral((key: string) => {
     const [cap, log] = key.split(":")
     const group = `p."group"`
-    const inFlight = `(SELECT count(*) FROM __alkstore_jobs WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed'
-      AND flow_round IS NOT NULL AND claimed_until > +?2)`
-    const ahead = `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs WHERE queue = +?1 AND group_key = ${group}
-      AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (p.round, p.id) LIMIT ${cap}))`
-    const last = `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
-    return numbered(`SELECT p.*, ${cap === "" ? "0" : inFlight} AS gInFlight, ${cap === "" ? "0" : ahead} AS gAhead,
-        ${log === "1" ? last : "0"} AS gLast
+    return numbered(`SELECT p.*, ${cap === "" ? "0" : groupInFlightOf(group, "+?2")} AS gInFlight,
+        ${cap === "" ? "0" : groupAheadOf(Number(cap), group, "p.round", "p.id")} AS gAhead,
+        ${log === "1" ? groupLastOf(group) : "0"} AS gLast
       FROM (SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT 1) AS p`)
   }),
   logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = +? AND scope = +?`,
