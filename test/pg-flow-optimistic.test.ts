@@ -6,12 +6,14 @@
  * race the multi-process ledger tests hit only by chance — and the claim must
  * see it: it falls back to the locked walk, which judges on the fresh state.
  * Without the version check the first claim below would take a second slot
- * of `concurrency: 1`.
+ * of `concurrency: 1`. A claim of one job reads and claims in one statement
+ * (`claimFirst`): there the rival's transaction is still open when the
+ * statement starts and commits while the statement waits for the limits row.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Layer, Option } from "effect"
-import { makeFlowMemory } from "../src/internal/flow.js"
+import { Deferred, Effect, Fiber, Layer, Option } from "effect"
+import { type FlowOutcome, makeFlowMemory } from "../src/internal/flow.js"
 import type { PgExecutor } from "../src/internal/pg/executor.js"
 import { makeExecutor } from "../src/internal/pg/executor.js"
 import { flowStatements } from "../src/internal/pg/flowStatements.js"
@@ -58,7 +60,7 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
       const rival = flowOf(db)
       const now = Date.now()
       const flow = flowOf(racing(db, claimText, rival.claim("race", "rival", now, 1)))
-      const outcome = yield* flow.claim("race", "w", now, 1)
+      const outcome = yield* flow.claim("race", "w", now, 2) // a batch: read, then claim (one job: `claimFirst`, below)
       expect(outcome.limited).toBe(true)
       expect(outcome.limited && outcome.rows.length).toBe(0) // the rival holds the one slot
       expect(yield* claimed).toBe(1)
@@ -93,8 +95,72 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
       const first = yield* flowOf(db).claim("race3", "w", now, 1)
       expect(first.limited && first.rows.length).toBe(1)
       const flow = flowOf(racing(db, claimText, queues.setLimits("race3", { concurrency: 1 })))
-      const outcome = yield* flow.claim("race3", "w", now, 1) // read: 1 of 2 taken; claims under 1 of 1
+      const outcome = yield* flow.claim("race3", "w", now, 2) // read: 1 of 2 taken; claims under 1 of 1
       expect(outcome.limited && outcome.rows.length).toBe(0)
+      expect(yield* claimed).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+
+  // `claimFirst` reads the limits row's version in its snapshot and takes the row FOR UPDATE only while it is
+  // still that version: a rival whose transaction holds the row when the statement starts, and commits while
+  // the statement waits for the row, must make it claim nothing (then the locked walk judges afresh).
+  const heldOpen = (
+    client: SqlClient.SqlClient,
+    rival: Effect.Effect<unknown, unknown>,
+    mine: Effect.Effect<FlowOutcome, unknown>
+  ) =>
+    Effect.gen(function*() {
+      const holding = yield* Deferred.make<void>()
+      const commit = yield* Deferred.make<void>()
+      const rivalFiber = yield* Effect.fork(client.withTransaction(
+        Effect.zipRight(rival, Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(commit)))
+      ))
+      yield* Deferred.await(holding)
+      const mineFiber = yield* Effect.fork(mine)
+      yield* Effect.sleep("300 millis")
+      const waited = Option.isNone(yield* Fiber.poll(mineFiber)) // waiting for the limits row
+      yield* Deferred.succeed(commit, undefined)
+      yield* Fiber.join(rivalFiber)
+      return { waited, outcome: yield* Fiber.join(mineFiber) }
+    })
+
+  it.live("one statement's claim: a rival claim that commits while it waits for the limits row keeps concurrency 1", () => {
+    const filename = "pg-flow-optimistic-4"
+    return Effect.gen(function*() {
+      const { claimed, db, flowOf } = yield* setUp(filename, "race4", { concurrency: 1 }, 3)
+      const client = yield* SqlClient.SqlClient
+      const schema = pgSchemaFor(filename)
+      const now = Date.now()
+      // The rival claims the last job, not the head this claim reads (as a rival's claim of a job this
+      // snapshot shows otherwise would), and rewrites the limits row as every claim does: only the
+      // row's version can tell this claim that the one slot went.
+      const rival = Effect.zipRight(
+        client.unsafe(`UPDATE ${schema}.__alkstore_jobs SET state = 'claimed', claimed_until = ${now + 3_600_000},
+          worker_id = 'rival', attempts = attempts + 1, claim_token = claim_token + 1
+          WHERE id = (SELECT max(id) FROM ${schema}.__alkstore_jobs WHERE queue = 'race4')`),
+        client.unsafe(`UPDATE ${schema}.__alkstore_flow_limits SET current_round = current_round WHERE queue = 'race4'`)
+      )
+      const { outcome, waited } = yield* heldOpen(client, rival, flowOf(db).claim("race4", "w", now, 1))
+      expect(waited).toBe(true)
+      expect(outcome.limited).toBe(true)
+      expect(outcome.limited && outcome.rows.length).toBe(0) // the rival holds the one slot
+      expect(yield* claimed).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
+
+  it.live("one statement's claim: limits lowered by a transaction that commits while it waits: the new limits hold", () => {
+    const filename = "pg-flow-optimistic-5"
+    return Effect.gen(function*() {
+      const { claimed, db, flowOf } = yield* setUp(filename, "race5", { concurrency: 2 }, 3)
+      const client = yield* SqlClient.SqlClient
+      const schema = pgSchemaFor(filename)
+      const now = Date.now()
+      const first = yield* flowOf(db).claim("race5", "w", now, 1)
+      expect(first.limited && first.rows.length).toBe(1)
+      const lower = client.unsafe(`UPDATE ${schema}.__alkstore_flow_limits SET concurrency = 1 WHERE queue = 'race5'`)
+      const { outcome, waited } = yield* heldOpen(client, lower, flowOf(db).claim("race5", "w", now, 1))
+      expect(waited).toBe(true)
+      expect(outcome.limited && outcome.rows.length).toBe(0) // read: 1 of 2 taken; judged under 1 of 1
       expect(yield* claimed).toBe(1)
     }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
   })

@@ -3,6 +3,7 @@ import { Effect, Option } from "effect"
 import type { Fence, FlowStorage, JobRow } from "../engine.js"
 import {
   type Candidate,
+  type ClaimWrites,
   dueScheduledToRead,
   firstPageSize,
   type FlowEffectOps,
@@ -19,7 +20,7 @@ import type { ResolvedLimits } from "../options.js"
 import type { Param, PgExecutor, Row } from "./executor.js"
 import { flowStatements } from "./flowStatements.js"
 import type { Notifier } from "./notify.js"
-import { decoded, int, intOrNull, toJobRow } from "./rows.js"
+import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 
 /**
  * Flow control on PostgreSQL (docs/flow-control.md): the engine-free walk
@@ -60,6 +61,25 @@ const limitsParams = (queue: string, l: ResolvedLimits, now: number): Array<Para
   now
 ]
 
+
+/** The claim `claimFirst` made before the walk ran, and the writes it made with it. */
+interface FirstClaim {
+  readonly id: number
+  /** The row (claimed, or moved to dead), or none when the job was settled meanwhile. */
+  readonly row: JobRow | undefined
+  readonly log: ReadonlyArray<readonly [string, number]>
+  readonly round: number | null
+}
+
+const sameWrites = (made: FirstClaim, writes: ClaimWrites) =>
+  made.round === writes.round && made.log.length === writes.log.length &&
+  made.log.every(([scope, seq], i) => writes.log[i]![0] === scope && writes.log[i]![1] === seq)
+
+const disagreement = (made: FirstClaim, id: number | undefined, writes: ClaimWrites | undefined) =>
+  new Error(
+    `flow control: the one-statement claim took job ${made.id} (${JSON.stringify(made.log)}, round ${made.round}) ` +
+      `but the walk ${id === undefined ? "claimed nothing" : `claims job ${id} (${JSON.stringify(writes?.log)}, round ${writes?.round})`}`
+  )
 
 /** An optimistic claim found its queue's limits row at another version: it claimed nothing. */
 class FlowConflict {
@@ -116,7 +136,15 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
   const ops = (queue: string, workerId: string, now: number, n: number, mode: FlowMode, access: Access, claimed: Claimed) => {
     let version: string | null = null
     let ahead: { readonly lim: LimitsRow; readonly start: Start | undefined; readonly groups: Map<number, GroupStart> } | undefined
+    // What `claimFirst` claimed before the walk ran: the walk's first claim must be exactly it.
+    let first: FirstClaim | undefined
+    // It claimed the walk's one claim (and pruned the logs as the walk's end would).
+    let firstMade = false
     const lapsedIds = new Set<number>()
+    const claimedRow = (row: JobRow) => {
+      if (row.state !== "claimed") claimed.died.push(row)
+      else claimed.rows.push(lapsedIds.has(row.id) ? { ...row, lapsed: true } : row)
+    }
     const readAhead = Effect.map(
       rows(sql.readAhead, [queue, now, access === "optimistic", firstPageSize(n, mode), dueScheduledToRead(mode)], (r) => {
         const lim = toLimitsRow(r)
@@ -138,9 +166,68 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
         rows(sql.start, [queue, now, request.inFlight, request.queueLast, request.dueScheduled, request.pageSize] as Array<Param>, toStart),
         (r) => r[0]!
       )
+    // A claim of one job: the read-ahead and, when the walk's first candidate is the flow index's head and
+    // the limits admit it, its claim — one round trip (`flowStatements.claimFirst`).
+    const claimFirst = Effect.flatMap(
+      db.all<Row>(sql.claimFirst, [now, workerId, queue]),
+      (raw): Effect.Effect<LimitsRow | undefined, SqlError | FlowConflict> => {
+        const r = raw[0]
+        if (r === undefined) return Effect.succeed(undefined)
+        if (r.due_any === true) return readAhead // due scheduled rows to promote first
+        if (r.fast === true && r.gated !== true) return Effect.fail(new FlowConflict())
+        return Effect.try({
+          try: () => {
+            const lim = toLimitsRow(r)
+            const head = r.h_id === null || r.h_id === undefined ? undefined : toCandidate({
+              id: r.h_id,
+              priority: r.h_priority,
+              round: r.h_round,
+              run_at: r.h_run_at,
+              group_key: r.h_group,
+              state: "pending"
+            })
+            const groups = new Map<number, GroupStart>()
+            if (head !== undefined) {
+              groups.set(head.id, {
+                inFlight: int(r.g_in_flight, "g_in_flight"),
+                ahead: int(r.g_ahead, "g_ahead"),
+                last: int(r.g_last, "g_last")
+              })
+            }
+            const start: Start = {
+              inFlight: int(r.in_flight, "in_flight"),
+              queueLast: int(r.queue_last, "queue_last"),
+              lapsed: candidatesOf(r.lapsed),
+              dueScheduled: [],
+              page: head === undefined ? [] : [head]
+            }
+            version = r.version as string
+            ahead = { lim, start, groups }
+            if (r.fast === true && head !== undefined) {
+              if (typeof r.claimed_version === "string") version = r.claimed_version
+              const log: Array<readonly [string, number]> = []
+              if (lim.rateLimit !== null) log.push(["", start.queueLast + 1])
+              if (lim.groupRateLimit !== null) log.push([`#${head.group}`, groups.get(head.id)!.last + 1])
+              first = {
+                id: head.id,
+                row: r.id === null || r.id === undefined ? undefined : toJobRow(r),
+                log,
+                round: head.round > lim.currentRound ? head.round : null
+              }
+            }
+            return lim
+          },
+          catch: decodeError
+        })
+      }
+    )
     const walkOps: FlowEffectOps<SqlError | FlowConflict> = {
       limits: (lock) =>
-        access !== "locked" ? readAhead : Effect.map(rows(lock ? sql.lockLimits : sql.limits, lock ? [queue, now] : [queue], toLimitsRow), (r) => r[0]),
+        access === "locked"
+          ? Effect.map(rows(lock ? sql.lockLimits : sql.limits, lock ? [queue, now] : [queue], toLimitsRow), (r) => r[0])
+          : access === "optimistic" && n === 1 && mode === "claim"
+          ? claimFirst
+          : readAhead,
       promote: () => Effect.void, // in `readAhead` or `lockLimits`
       start: (request) => {
         const read = ahead?.start
@@ -162,8 +249,17 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
       },
       groupAhead: (group, round, id, cap) => count(sql.groupAhead, [queue, group, round, id, cap]),
       logAt: (scope, seq) => Effect.map(rows(sql.logAt, [queue, scope, seq], (r) => int(r.at, "at")), (r) => r[0]),
-      claim: (id, writes) =>
-        Effect.flatMap(
+      claim: (id, writes) => {
+        if (first !== undefined) {
+          // Claimed by `claimFirst` with the walk's own rules for a first claim: the walk must agree.
+          const made = first
+          first = undefined
+          if (made.id !== id || !sameWrites(made, writes)) return Effect.die(disagreement(made, id, writes))
+          if (made.row !== undefined) claimedRow(made.row)
+          firstMade = made.row?.state === "claimed"
+          return Effect.succeed(made.row)
+        }
+        return Effect.flatMap(
           db.all<Row>(sql.claim, [
             now,
             workerId,
@@ -180,22 +276,26 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
             if (typeof r.version === "string") version = r.version
             if (r.id === null || r.id === undefined) return Effect.succeed(undefined)
             return Effect.map(decoded(Effect.succeed([r]), toJobRow), ([row]) => {
-              if (row!.state !== "claimed") claimed.died.push(row!)
-              else claimed.rows.push(lapsedIds.has(row!.id) ? { ...row!, lapsed: true } : row!)
+              claimedRow(row!)
               return row
             })
           }
-        ),
-      prune: (scope, seq, before) => exec(sql.prune, [queue, scope, seq, before])
+        )
+      },
+      // After a claim by `claimFirst` (the walk's one claim), its statement pruned what the walk prunes.
+      prune: (scope, seq, before) => (firstMade ? Effect.void : exec(sql.prune, [queue, scope, seq, before]))
     }
-    return walkOps
+    /** Fails (a defect) when `claimFirst` claimed a job the walk did not claim. */
+    const settled = Effect.suspend(() => (first === undefined ? Effect.void : Effect.die(disagreement(first, undefined, undefined))))
+    return { ops: walkOps, settled }
   }
 
+  const walkOf = (queue: string, workerId: string, now: number, n: number, mode: FlowMode, access: Access, claimed: Claimed) => {
+    const { ops: walkOps, settled } = ops(queue, workerId, now, n, mode, access, claimed)
+    return Effect.zipLeft(runEffect(() => flowWalk(now, n, mode), walkOps), settled)
+  }
   const walk = <E>(queue: string, workerId: string, now: number, n: number, mode: FlowMode, access: Access) =>
-    runEffect(() => flowWalk(now, n, mode), ops(queue, workerId, now, n, mode, access, { rows: [], died: [] })) as Effect.Effect<
-      FlowOutcome,
-      SqlError | E
-    >
+    walkOf(queue, workerId, now, n, mode, access, { rows: [], died: [] }) as Effect.Effect<FlowOutcome, SqlError | E>
 
   /**
    * Optimistic first; on a conflict, the rest of the claim (what the
@@ -203,7 +303,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
    */
   const claim = (queue: string, workerId: string, now: number, n: number): Effect.Effect<FlowOutcome, SqlError> => {
     const done: Claimed = { rows: [], died: [] }
-    const optimistic = runEffect(() => flowWalk(now, n, "claim"), ops(queue, workerId, now, n, "claim", "optimistic", done))
+    const optimistic = walkOf(queue, workerId, now, n, "claim", "optimistic", done)
     return Effect.catchIf(optimistic, (e): e is FlowConflict => e instanceof FlowConflict, () =>
       Effect.map(
         db.transaction(walk<never>(queue, workerId, now, n - done.rows.length, "claim", "locked")),
