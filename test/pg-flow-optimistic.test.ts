@@ -187,4 +187,44 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
       expect(b.job.payload).toBe("b")
     }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
   })
+
+  // A worker's step between two jobs acks and claims without a `freed` NOTIFY (docs/flow-control.md, "A
+  // worker's fused ack + claim"). Here its ack frees a2 (serial group g1) just as K (group g2, a higher
+  // priority, scheduled) falls due: whichever of the step's claim and the other store's waiter (asleep toward
+  // K's due instant, held back by the group limit) gets K, the other must get the other job well before the
+  // 5 s fallback poll — a freed job left claimable while the waiter sleeps would fail it.
+  it.live("a worker's fused ack + claim: a waiter held back in another store misses no freed job", () => {
+    const filename = "pg-flow-optimistic-fused"
+    return Effect.gen(function*() {
+      const other = yield* Layer.build(pgOwned.store({ filename }))
+      const queues = yield* Queues.Queues
+      yield* queues.setLimits("fused", { groupConcurrency: 1 })
+      const q = yield* queues.queue("fused", { visibilityTimeout: "1 hour" })
+      yield* q.enqueueBatch(["a1", "a2"], { group: "g1" })
+      const started = yield* Deferred.make<void>()
+      const done = yield* Deferred.make<void>()
+      const seenByWorker: Array<string> = []
+      yield* Effect.forkScoped(q.process("worker", (job) =>
+        Effect.gen(function*() {
+          seenByWorker.push(job.payload as string)
+          if (job.payload === "a1") {
+            yield* Deferred.succeed(started, undefined)
+            yield* Deferred.await(done)
+          } else yield* Effect.never
+        })))
+      yield* Deferred.await(started)
+      const waiter = yield* Effect.fork(Effect.provide(
+        Effect.flatMap(Queues.Queues, (qs) => Effect.flatMap(qs.queue("fused", { visibilityTimeout: "1 hour" }), (wq) => wq.take("waiter"))),
+        other
+      ))
+      yield* Effect.sleep("300 millis")
+      expect(Option.isNone(yield* Fiber.poll(waiter))).toBe(true) // a2 waits for a1: held back
+      yield* q.enqueue("K", { group: "g2", priority: 10, delay: "700 millis" })
+      yield* Effect.sleep("700 millis")
+      yield* Deferred.succeed(done, undefined) // a1's ack frees a2, K falls due: the worker's step takes one
+      const got = yield* Fiber.join(waiter).pipe(Effect.timeout("2 seconds"))
+      yield* Effect.sleep("200 millis")
+      expect([got.job.payload, seenByWorker[1]].sort()).toEqual(["K", "a2"])
+    }).pipe(Effect.scoped, Effect.provide(pgOwned.store({ filename })))
+  })
 })
