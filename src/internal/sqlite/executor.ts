@@ -10,6 +10,9 @@ import { makeImmediateTransaction } from "./transaction.js"
 
 export type Param = string | number | bigint | null | Uint8Array
 
+/** Named parameters (`@name`), one object, beside positional ones (better-sqlite3 takes both in one call). */
+export type NamedParams = { readonly [name: string]: Param }
+
 /** What a write reports: rows changed, and the rowid of the last insert. */
 export interface RunResult {
   readonly changes: number
@@ -65,7 +68,7 @@ export interface DirectConnection {
    * a column, where a caller's object literal of a known shape costs a few.
    */
   readonly values: (sql: string, params: ReadonlyArray<Param>) => ReadonlyArray<ReadonlyArray<unknown>>
-  readonly run: (sql: string, params: ReadonlyArray<Param>) => RunResult
+  readonly run: (sql: string, params: ReadonlyArray<Param | NamedParams>) => RunResult
   /** `body` in a `BEGIN IMMEDIATE` transaction, or a savepoint inside an open one. */
   readonly transaction: <A>(body: () => A) => A
 }
@@ -108,7 +111,7 @@ export const fromOwnedConnection = (options: {
       throw sqlError(cause)
     }
   }
-  const run = (sql: string, params: ReadonlyArray<Param>): RunResult => {
+  const run = (sql: string, params: ReadonlyArray<Param | NamedParams>): RunResult => {
     try {
       return prepare(sql).run(...params)
     } catch (cause) {
