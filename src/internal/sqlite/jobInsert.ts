@@ -3,37 +3,13 @@
  * owns (src/internal/sqlite/queueStorage.ts runs them): one job, one keyed
  * job, and a batch as multi-row INSERTs.
  */
-import type { NewJob } from "../engine.js"
+import { type NewJob, newJobValues } from "../engine.js"
 import type { DirectConnection, Param } from "./executor.js"
-import { flowInsertValues } from "./flowInsert.js"
+import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
 import { expireKeyHolderSql, insertSharedRows, type SharedRow, sql } from "./queueStatements.js"
 
-/**
- * An insert's parameters: the job's values (`newJobValues`' order), then flow
- * control's (`flowInsertParams`: its group's round, when limited). Written
- * as one array literal: every enqueue passes here, and the two
- * lists and their spread into a third were three allocations per call.
- */
-export const insertValues = (job: NewJob): Array<Param> => [
-  job.queue,
-  job.payload,
-  job.runAt > job.createdAt ? "scheduled" : "pending",
-  job.priority,
-  job.runAt,
-  job.maxAttempts,
-  job.visibilityTimeoutMillis,
-  job.backoffBaseMillis,
-  job.expiresAt ?? null,
-  job.key ?? null,
-  job.createdAt,
-  job.traceContext ?? null,
-  job.group,
-  // flowInsertParams(job, 0): the group's round when its queue has limits
-  job.queue,
-  job.group,
-  0,
-  job.queue
-]
+/** An insert's parameters: the job's values, then flow control's (its group's round, when limited). */
+export const insertValues = (job: NewJob): Array<Param> => [...newJobValues(job), ...flowInsertParams(job)]
 
 export const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([job.createdAt, job.queue, job.key ?? null])
 
