@@ -329,12 +329,14 @@ const settle = (
   if (Exit.isSuccess(exit)) {
     // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
     // Shared with other acks, that transaction claims the next element for this queue too.
-    // Alone it claims as many as the queue's last prefetches showed are taken (`wants`); shared, one.
+    // Alone it claims as many as the queue's last prefetches showed are taken (`wants`), or none while
+    // elements are still held (the next takes are served from memory); shared, one.
     const wanted = prefetch === undefined ? 0 : prefetch.slot.wants()
     if (wanted === 0) return reported(settles, "acking")({ settle: handle.ack })
     // The plain ack is built only when it runs (the handle builds each operation when asked).
     const ack = Effect.suspend(() => handle.ack)
-    return reported(settles, "acking")({ settle: ack, alone: prefetch!.ackAndClaim(handle as Held, wanted), prefetch })
+    const alone = prefetch!.slot.handles.length > 0 ? ack : prefetch!.ackAndClaim(handle as Held, wanted)
+    return reported(settles, "acking")({ settle: ack, alone, prefetch })
   }
   if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })

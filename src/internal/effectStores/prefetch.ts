@@ -36,15 +36,13 @@ export class PrefetchSlot<H> {
 
   /**
    * How many elements a successful take of this queue should claim with its
-   * ack (0: a plain ack). None while elements are still held (the next takes
-   * are served from memory). None for a while after held elements went
+   * ack (0: a plain ack). None for a while after held elements went
    * untaken (the application's next take does not come promptly: a prefetch
    * there costs a claim and a release instead of nothing); the while doubles
    * with each such miss in a row, up to 1024 takes. Else one at first, twice
    * as many each time all that was held got taken, up to `prefetchDepthMax`.
    */
   wants(): number {
-    if (this.handles.length > 0) return 0
     if (this.skip === 0) return this.depth
     this.skip--
     return 0
