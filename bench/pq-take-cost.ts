@@ -3,12 +3,15 @@
  * one SQLite file: the CPU time per element of draining N preloaded
  * elements (1) with alkstore's own `claim` + `ack`, (2) with `queue.take` +
  * `ack`, (3) with `PersistedQueue.take(f)` one at a time, (4) with 100
- * concurrent `PersistedQueue.take(f)`. Rounds interleave the variants.
+ * concurrent `PersistedQueue.take(f)`; and, for reference, (3) and (4) over
+ * Effect's in-memory store (`memory …`) and over a store that does nothing
+ * (`noop …`: its take returns a constant and puts a no-op finalizer on the
+ * take's scope), the floors of any store. Rounds interleave the variants.
  *
  *   npx tsx bench/pq-take-cost.ts            # PQ_COST_N=2000 PQ_COST_ROUNDS=3
  */
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Schema, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
@@ -18,14 +21,61 @@ const N = Number(process.env.PQ_COST_N ?? 2000)
 const ROUNDS = Number(process.env.PQ_COST_ROUNDS ?? 3)
 const dir = mkdtempSync(path.join(os.tmpdir(), "pq-cost-"))
 
-type Variant = "claim+ack" | "take+ack" | "pq.take" | "pq.take x100"
-const allVariants: ReadonlyArray<Variant> = ["claim+ack", "take+ack", "pq.take", "pq.take x100"]
+type Variant =
+  | "claim+ack"
+  | "take+ack"
+  | "pq.take"
+  | "pq.take x100"
+  | "memory pq.take"
+  | "memory pq.take x100"
+  | "noop pq.take"
+  | "noop pq.take x100"
+const allVariants: ReadonlyArray<Variant> = [
+  "claim+ack",
+  "take+ack",
+  "pq.take",
+  "pq.take x100",
+  "memory pq.take",
+  "memory pq.take x100",
+  "noop pq.take",
+  "noop pq.take x100"
+]
 // PQ_COST_VARIANTS=pq.take (comma-separated) runs only those (e.g. under node --cpu-prof)
 const variants = process.env.PQ_COST_VARIANTS === undefined
   ? allVariants
   : allVariants.filter((v) => process.env.PQ_COST_VARIANTS!.split(",").includes(v))
 
+const constant = { id: "constant", attempts: 0, element: { n: 0 } }
+const noopStore = Layer.succeed(
+  PersistedQueue.PersistedQueueStore,
+  PersistedQueue.PersistedQueueStore.of({
+    offer: () => Effect.void,
+    take: () => Effect.flatMap(Scope.Scope, (scope) => Effect.as(Scope.addFinalizerExit(scope, () => Effect.void), constant))
+  })
+)
+
+/** The same drains over a reference store (no file: what is left is PersistedQueue's and that store's part). */
+const measureReference = (variant: Variant) => {
+  const memory = variant.startsWith("memory")
+  const live = PersistedQueue.layer.pipe(Layer.provide(memory ? PersistedQueue.layerStoreMemory : noopStore))
+  return Effect.gen(function*() {
+    const pq = yield* PersistedQueue.make({ name: "bench", schema: Schema.Unknown })
+    if (memory) yield* Effect.forEach(Array.from({ length: N }, (_, n) => n), (n) => pq.offer({ n }), { discard: true })
+    const cpu0 = process.cpuUsage()
+    const t0 = performance.now()
+    if (variant.endsWith("x100")) {
+      yield* Effect.forEach(Array.from({ length: N }), () => pq.take(() => Effect.void), { concurrency: 100, discard: true })
+    } else {
+      for (let i = 0; i < N; i++) yield* pq.take(() => Effect.void)
+    }
+    const ms = performance.now() - t0
+    const cpu = process.cpuUsage(cpu0)
+    return { variant, wallUs: (ms * 1000) / N, cpuUs: (cpu.user + cpu.system) / N }
+  }).pipe(Effect.provide(live))
+}
+
 const measure = (variant: Variant, round: number) => {
+  if (variant.startsWith("memory") || variant.startsWith("noop")) return measureReference(variant)
   const file = path.join(dir, `${variant.replace(/\W/g, "")}-${round}.db`)
   const live = PersistedQueue.layer.pipe(
     Layer.provideMerge(EffectStores.layerPersistedQueueStore()),
@@ -80,7 +130,7 @@ const main = Effect.gen(function*() {
     const rs = results.get(variant)!
     const cpu = median(rs.map((r) => r.cpuUs))
     console.log(
-      `${variant.padEnd(14)} cpu ${cpu.toFixed(1).padStart(7)} µs/elem (${(cpu / base).toFixed(2)}× claim+ack)  wall ${median(rs.map((r) => r.wallUs)).toFixed(1).padStart(7)} µs/elem  [cpu per round: ${rs.map((r) => r.cpuUs.toFixed(0)).join(", ")}]`
+      `${variant.padEnd(20)} cpu ${cpu.toFixed(1).padStart(7)} µs/elem (${(cpu / base).toFixed(2)}× claim+ack)  wall ${median(rs.map((r) => r.wallUs)).toFixed(1).padStart(7)} µs/elem  [cpu per round: ${rs.map((r) => r.cpuUs.toFixed(0)).join(", ")}]`
     )
   }
 })

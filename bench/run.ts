@@ -19,7 +19,8 @@
  *   BENCH_HEAVY_REPS=n    rounds that also run the 1M-row workloads claim-1m and memory-1m
  *                         (default min(2, BENCH_REPS): they dominate the run time)
  *   BENCH_QUICK=1         small sizes, for a smoke run
- *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline)
+ *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline); memory-pq and
+ *                         noop-pq (PersistedQueue over non-durable reference stores) run only when named
  *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added); the waking
  *                         ids are wake-inprocess, wake-crossprocess, idle-cpu
  *                         (e.g. BENCH_WORKLOADS=wake-inprocess,wake-crossprocess,idle-cpu runs only those)
@@ -43,7 +44,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
-import { CONTENDER_NAMES, loadContender } from "./contenders/index.js"
+import { CONTENDER_NAMES, loadContender, REFERENCE_ONLY } from "./contenders/index.js"
 import { keepPgSection } from "./pg/markdown.js"
 import type { Cell, Sample, WakeSample } from "./report.js"
 import {
@@ -342,7 +343,10 @@ interface Planned {
 const main = async () => {
   const started = performance.now()
   const unavailable = ensureDeps()
-  const names = CONTENDER_NAMES.filter((n) => !ONLY_CONTENDERS || ONLY_CONTENDERS.has(n) || n === "raw")
+  // The non-durable references of the PersistedQueue rows run only when named (BENCH_CONTENDERS).
+  const names = CONTENDER_NAMES.filter((n) =>
+    ONLY_CONTENDERS ? ONLY_CONTENDERS.has(n) || n === "raw" : !(REFERENCE_ONLY as ReadonlyArray<string>).includes(n)
+  )
   const contenders = await Promise.all(names.map(loadContender))
   const wanted = new Set<WorkloadId>()
   for (const w of WORKLOADS) {

@@ -6,7 +6,9 @@
  */
 import type { Contender } from "../workloads.js"
 
-export const CONTENDER_NAMES = ["raw", "raw-effect", "alkstore", "plainjob", "liteque", "effect-pq", "alkstore-pq"] as const
+export const CONTENDER_NAMES = ["raw", "raw-effect", "alkstore", "plainjob", "liteque", "effect-pq", "alkstore-pq", "memory-pq", "noop-pq"] as const
+/** Reference contenders that are not durable stores: run only when named in BENCH_CONTENDERS. */
+export const REFERENCE_ONLY = ["memory-pq", "noop-pq"] as const
 export type ContenderName = (typeof CONTENDER_NAMES)[number]
 
 export const loadContender = async (name: string): Promise<Contender> => {
@@ -25,6 +27,10 @@ export const loadContender = async (name: string): Promise<Contender> => {
       return (await import("./effect-pq.js")).contender
     case "alkstore-pq":
       return (await import("./alkstore-pq.js")).contender
+    case "memory-pq":
+      return (await import("./memory-pq.js")).contender
+    case "noop-pq":
+      return (await import("./noop-pq.js")).contender
     default:
       throw new Error(`unknown contender ${name}`)
   }

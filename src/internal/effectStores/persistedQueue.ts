@@ -1,6 +1,6 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, Context, Duration, Effect, Exit, FiberRef, Schedule, Scope } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, FiberRef, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
@@ -121,8 +121,8 @@ export const make = (
       )
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
-      Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(knownOf(name), (entry) => {
+      Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) => {
+        const takeOf = (entry: Known): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
           // Whether this take waited: a take that found its element at once prefetches the next (see `settle`).
           let waited = false
           const waiting: Restore = (effect) => {
@@ -130,11 +130,19 @@ export const make = (
             return restore(effect)
           }
           // Only the wait is interruptible: from the claim's commit to the finalizer below, nothing can interrupt.
-          const look: Effect.Effect<Taken, PersistedQueue.PersistedQueueError> = Effect.flatMap(
-            Effect.mapError(heldOr(entry, () => takeUnder(entry.queue, workerId, waiting, entry.claim)), takeFailed),
-            (handle) => accept(handle)
-          )
-          const accept = (handle: Q.JobHandle<Stored>): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
+          // A held element is accepted in the same step as it leaves its slot (no effect in between).
+          const look: Effect.Effect<Taken, PersistedQueue.PersistedQueueError> = Effect.withFiberRuntime((fiber) => {
+            const held = heldFor(entry, fiber)
+            if (held !== undefined) return accept(held, fiber)
+            return Effect.flatMap(
+              Effect.mapError(takeUnder(entry.queue, workerId, waiting, entry.claim), takeFailed),
+              (handle) => Effect.withFiberRuntime((fiber) => accept(handle, fiber))
+            )
+          })
+          const accept = (
+            handle: Q.JobHandle<Stored>,
+            fiber: Fiber.RuntimeFiber<unknown, unknown>
+          ): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
             const attempts = handle.job.attempts - 1
             const payload = handle.job.payload
             if (!isStored(payload)) {
@@ -142,32 +150,32 @@ export const make = (
             }
             // Claims that never settled (a process died holding them) spent attempts too.
             if (attempts >= maxAttempts) return Effect.zipRight(bury(settles, handle, `max attempts (${maxAttempts}) exceeded`), look)
-            return Effect.withFiberRuntime((fiber) => {
-              // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
-              // when the take returned there: an interruption already pending lands as this mask ends, and the
-              // scope (with the finalizer below) would never close. Give the element back now instead.
-              if (callerInterruptible && !Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))) {
-                return Effect.zipRight(settled("releasing")(grouped(settles, { settle: handle.release })), Effect.interrupt)
-              }
-              open.add(handle)
-              // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
-              // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
-              // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
-              // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
-              const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
-                Effect.suspend(() => {
-                  open.delete(handle)
-                  return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
-                }) as Effect.Effect<void>
-              return Effect.as(
-                Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer),
-                { id: payload.id, attempts, element: payload.element }
-              )
-            })
+            // PersistedQueue.take runs this take under its own `restore` and closes the take's scope only
+            // when the take returned there: an interruption already pending lands as this mask ends, and the
+            // scope (with the finalizer below) would never close. Give the element back now instead.
+            if (callerInterruptible && !Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))) {
+              return Effect.zipRight(settled("releasing")(grouped(settles, { settle: handle.release })), Effect.interrupt)
+            }
+            open.add(handle)
+            // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
+            // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
+            // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
+            // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
+            const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
+              Effect.suspend(() => {
+                open.delete(handle)
+                return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
+              }) as Effect.Effect<void>
+            return Effect.as(
+              Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer),
+              { id: payload.id, attempts, element: payload.element }
+            )
           }
           return look
-        })
-      ))
+        }
+        const found = known.get(name)
+        return found !== undefined ? takeOf(found) : Effect.flatMap(knownOf(name), takeOf)
+      }))
 
     return PersistedQueue.PersistedQueueStore.of({ offer, take })
   })
@@ -176,13 +184,13 @@ export const make = (
  * The element prefetched for this queue, when one is held and the take is
  * not inside the application's transaction: handed over with no statement,
  * nor the claim's bookkeeping (no wait happened, so no wake to pass on).
- * Else `take` (built only then), which looks in the slot again whenever it claims.
+ * Else undefined: the take claims (and looks in the slot again whenever it does).
  */
-const heldOr = <E>(entry: Known, take: () => Effect.Effect<Q.JobHandle<Stored>, E>): Effect.Effect<Q.JobHandle<Stored>, E> =>
-  entry.prefetch === undefined ? Effect.suspend(take) : Effect.withFiberRuntime((fiber) => {
-    if (entry.prefetch!.slot.handles.length === 0 || inTransactionOf(fiber)) return take()
-    return Effect.succeed(entry.prefetch!.slot.take()!)
-  })
+const heldFor = (entry: Known, fiber: Fiber.RuntimeFiber<unknown, unknown>): Q.JobHandle<Stored> | undefined => {
+  const prefetch = entry.prefetch
+  if (prefetch === undefined || prefetch.slot.handles.length === 0 || inTransactionOf(fiber)) return undefined
+  return prefetch.slot.take()
+}
 
 /** Gives back elements claimed for takes that are gone (no attempt spent), in one transaction. */
 const releaseAll = (backing: BackingShape, held: ReadonlyArray<Held>) =>
@@ -321,10 +329,14 @@ const settle = (
   if (Exit.isSuccess(exit)) {
     // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
     // Shared with other acks, that transaction claims the next element for this queue too.
-    if (prefetch === undefined || !prefetch.slot.wants()) return reported(settles, "acking")({ settle: handle.ack })
+    // Alone it claims as many as the queue's last prefetches showed are taken (`wants`), or none while
+    // elements are still held (the next takes are served from memory); shared, one.
+    const wanted = prefetch === undefined ? 0 : prefetch.slot.wants()
+    if (wanted === 0) return reported(settles, "acking")({ settle: handle.ack })
     // The plain ack is built only when it runs (the handle builds each operation when asked).
     const ack = Effect.suspend(() => handle.ack)
-    return reported(settles, "acking")({ settle: ack, alone: prefetch.ackAndClaim(handle as Held), prefetch })
+    const alone = prefetch!.slot.handles.length > 0 ? ack : prefetch!.ackAndClaim(handle as Held, wanted)
+    return reported(settles, "acking")({ settle: ack, alone, prefetch })
   }
   if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })

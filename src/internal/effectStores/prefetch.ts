@@ -2,6 +2,12 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 
 /**
+ * At most this many elements claimed by one fused ack + claim (one-at-a-time takes): one commit then
+ * claims for this many takes, whose own acks write no claim (fewer index pages dirtied per take).
+ */
+export const prefetchDepthMax = 16
+
+/**
  * One queue's prefetched elements: claimed by the transaction that acked
  * the take before (the fused ack + claim), held in memory for the next
  * take of the queue, which then needs no transaction of its own. Oldest
@@ -15,38 +21,78 @@ export class PrefetchSlot<H> {
   /** Successful takes that ack without prefetching, after prefetched elements went untaken. */
   private skip = 0
   private backoff = 0
+  /** How many the next fused claim takes: doubles each time the held ones were all taken, back to 1 on a miss. */
+  private depth = 1
 
   /** The oldest held element, handed to the caller (a prefetch that paid: backing off ends). */
   take(): H | undefined {
     if (this.handles.length === 0) return undefined
     this.turns.shift()
     this.backoff = 0
-    return this.handles.shift()
+    const handle = this.handles.shift()
+    if (this.handles.length === 0) this.depth = Math.min(this.depth * 2, prefetchDepthMax)
+    return handle
   }
 
   /**
-   * Whether a successful take of this queue should claim the next element
-   * with its ack. Not for a while after held elements went untaken (the
-   * application's next take does not come promptly: a prefetch there costs
-   * a claim and a release instead of nothing); the while doubles with each
-   * such miss in a row, up to 1024 takes.
+   * How many elements a successful take of this queue should claim with its
+   * ack (0: a plain ack). None for a while after held elements went
+   * untaken (the application's next take does not come promptly: a prefetch
+   * there costs a claim and a release instead of nothing); the while doubles
+   * with each such miss in a row, up to 1024 takes. Else one at first, twice
+   * as many each time all that was held got taken, up to `prefetchDepthMax`.
    */
-  wants(): boolean {
-    if (this.skip === 0) return true
+  wants(): number {
+    if (this.skip === 0) return this.depth
     this.skip--
-    return false
+    return 0
+  }
+
+  /** Releases of this slot's evicted handles not committed yet (the sweep's; see `settledReleases`). */
+  private releasing = 0
+  private whenNoneReleasing: Array<() => void> = []
+
+  /**
+   * Waits until no release of this queue's evicted elements is in flight:
+   * a take that claims right after the sweep took its held elements would
+   * otherwise pass over them while their release has not committed (on
+   * PostgreSQL it is a round trip), taking later elements first. Immediate
+   * when none is (always on the store's own SQLite connection, where the
+   * release runs in place).
+   */
+  settledReleases(): Effect.Effect<void> | undefined {
+    if (this.releasing === 0) return undefined
+    return Effect.async<void>((resume) => {
+      const done = () => resume(Effect.void)
+      this.whenNoneReleasing.push(done)
+      return Effect.sync(() => {
+        const i = this.whenNoneReleasing.indexOf(done)
+        if (i >= 0) this.whenNoneReleasing.splice(i, 1)
+      })
+    })
+  }
+
+  /** A release of evicted handles began (`+1`) or ended, committed or not (`-1`). */
+  releaseInFlight(delta: 1 | -1): void {
+    this.releasing += delta
+    if (this.releasing > 0) return
+    const waiting = this.whenNoneReleasing
+    this.whenNoneReleasing = []
+    for (const resume of waiting) resume()
   }
 
   /** Moves the handles held before turn `turn` to `into` (`missed`: nobody took them, back off). */
-  evict(turn: number, into: Array<H>, missed = true): void {
+  evict(turn: number, into: Array<H>, missed = true): boolean {
     let n = 0
     while (n < this.turns.length && this.turns[n]! < turn) n++
-    if (n === 0) return
+    if (n === 0) return false
     into.push(...this.handles.splice(0, n))
     this.turns.splice(0, n)
-    if (!missed) return
+    if (!missed) return true
+    this.depth = 1
     this.backoff = Math.min(Math.max(1, this.backoff * 2), 1024)
     this.skip = this.backoff
+    return true
   }
 }
 
@@ -103,13 +149,18 @@ export const makePrefetch = <H>(
     const sweep = Effect.suspend(() => {
       const stale: Array<H> = later
       later = []
+      const releasing: Array<PrefetchSlot<H>> = []
       for (const slot of occupied) {
-        slot.evict(turn, stale)
+        if (slot.evict(turn, stale)) releasing.push(slot)
         if (slot.handles.length === 0) occupied.delete(slot)
       }
       // What was held since the turn passed stays for the next one.
       if (occupied.size === 0 && later.length === 0) armed = false
-      return stale.length === 0 ? Effect.void : release(stale)
+      if (stale.length === 0) return Effect.void
+      for (const slot of releasing) slot.releaseInFlight(1)
+      return Effect.ensuring(release(stale), Effect.sync(() => {
+        for (const slot of releasing) slot.releaseInFlight(-1)
+      }))
     })
     yield* Effect.forkScoped(Effect.interruptible(Effect.forever(
       Effect.zipRight(Effect.zipRight(doorbell, nextTurn), Effect.uninterruptible(sweep))

@@ -26,7 +26,8 @@ const claimBatchMax = 100
 /** A queue's prefetch: its slot, and a successful take's ack fused with the claim of the next element into it. */
 export interface QueuePrefetch {
   readonly slot: PrefetchSlot<Held>
-  readonly ackAndClaim: (handle: Held) => Effect.Effect<void, SqlError>
+  /** Acks `handle` and claims up to `n` next elements into the slot, in one transaction. */
+  readonly ackAndClaim: (handle: Held, n: number) => Effect.Effect<void, SqlError>
   /** Claims up to `n` (inside a shared settle transaction: `hold` them once it committed). */
   readonly claimNext: (n: number) => Effect.Effect<ReadonlyArray<Held>, SqlError>
   readonly hold: (handles: ReadonlyArray<Held>) => Effect.Effect<void>
@@ -79,7 +80,7 @@ export const knownQueue = (
     claim: coalescedClaim(claimUpTo, workerId, othersAround, slot, prefetch),
     prefetch: {
       slot,
-      ackAndClaim: (handle) => Effect.flatMap(ackClaim(handle, workerId, 1), (handles) => prefetch.hold(slot, handles)),
+      ackAndClaim: (handle, n) => Effect.flatMap(ackClaim(handle, workerId, n), (handles) => prefetch.hold(slot, handles)),
       claimNext: (n) => claimUpTo(workerId, n) as Effect.Effect<ReadonlyArray<Held>, SqlError>,
       hold: (handles) => prefetch.hold(slot, handles)
     }
@@ -141,6 +142,9 @@ const coalescedClaim = (
       return Effect.zipRight(Effect.ignore(Effect.forEach(held, (handle) => handle.release, { discard: true })), alone)
     }
     const held = slot.take()
-    return held === undefined ? shared : Effect.succeed([held])
+    if (held !== undefined) return Effect.succeed([held])
+    // Elements of this queue given back by the sweep just now come first: claim once their release committed.
+    const releasing = slot.settledReleases()
+    return releasing === undefined ? shared : Effect.zipRight(releasing, shared)
   })
 }
