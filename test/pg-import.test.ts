@@ -35,7 +35,10 @@ describe("PgStore.importSqlite", () => {
           yield* lock.release
         }
         const schedule = yield* (yield* Scheduler.Scheduler).schedule("sweep", "@every 5m", "maintenance", { kind: "sweep" })
-        return { pending, scheduled, dead, claimedId, doomed: doomed.job.id, schedule, stats: yield* q.stats }
+        // the newest job cancelled: only the store's high-water mark still knows its id
+        const cancelled = yield* q.enqueue({ n: 6 })
+        expect(yield* q.cancel(cancelled)).toBe(true)
+        return { pending, scheduled, dead, claimedId, doomed: doomed.job.id, schedule, cancelled, stats: yield* q.stats }
       }).pipe(Effect.provide(sqliteOwned.store({ filename: sqliteFile })))
       expect(before.doomed).toBe(before.pending)
 
@@ -63,8 +66,8 @@ describe("PgStore.importSqlite", () => {
         const claimed = Option.getOrThrow(yield* q.getJob(before.claimedId))
         expect(claimed.state).toBe("claimed")
         expect(claimed.attempts).toBe(1)
-        // the next job gets a fresh id after every imported one
-        expect(yield* q.enqueue({ n: 5 })).toBeGreaterThan(before.claimedId)
+        // the next job gets a fresh id after every one the SQLite store handed out
+        expect(yield* q.enqueue({ n: 5 })).toBe(before.cancelled + 1)
         // the lock's next tenure continues the fencing tokens
         const lock = Option.getOrThrow(yield* (yield* Locks.Locks).acquire("nightly", { ttl: "1 second", owner: "d" }))
         expect(lock.token).toBe(4)

@@ -93,4 +93,14 @@ describe("a SQLite batch insert", () => {
       const single = c.transaction(() => jobs.map((j) => insertNow(c, j)))
       expect(rowsOf(ids)).toStrictEqual(rowsOf(single))
     }))
+
+  it.scoped("of one unlimited queue's jobs that differ in another column writes each job's own values", () =>
+    Effect.gen(function*() {
+      const { c, rowsOf } = yield* migratedConnection
+      const jobs = [job(), job({ priority: 9 }), job({ runAt: 7_000 }), job({ group: "g" }), job({ expiresAt: 8_000 })]
+      const ids = c.transaction(() => insertManyNow(c, jobs))
+      expect(ids).toEqual(jobs.map((_, i) => ids[0]! + i))
+      const single = c.transaction(() => jobs.map((j) => insertNow(c, j)))
+      expect(rowsOf(ids)).toStrictEqual(rowsOf(single))
+    }))
 })

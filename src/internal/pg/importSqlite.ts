@@ -159,19 +159,27 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       yield* copy("__alkstore_flow_limits", flowLimitsColumns, read.limits)
       yield* copy("__alkstore_flow_log", flowLogColumns, read.log)
       for (const { columns, rows, table } of read.effectStores) yield* copy(table, columns, rows, "", effectStoresCasts)
-      // New ids continue after the largest imported one (SQLite's AUTOINCREMENT high-water mark included).
-      const [seq] = yield* Effect.try({
+      // New ids continue after the largest ever handed out: the newest job's, or the high-water mark of
+      // deleted newer ones (the id floor since migration 6, AUTOINCREMENT's sequence before it).
+      const marks = yield* Effect.try({
         try: () => {
           const db = new Sqlite(filename, { readonly: true })
           try {
-            return db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'`).all() as Array<{ seq: number }>
+            const has = (table: string) =>
+              db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).all(table).length > 0
+            return [
+              ...(has("__alkstore_id_floor") ? db.prepare(`SELECT v AS mark FROM __alkstore_id_floor`).all() : []),
+              ...(has("sqlite_sequence")
+                ? db.prepare(`SELECT seq AS mark FROM sqlite_sequence WHERE name = '__alkstore_jobs'`).all()
+                : [])
+            ] as Array<{ mark: number }>
           } finally {
             db.close()
           }
         },
-        catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite id sequence: ${String(cause)}` })
+        catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite id high-water mark: ${String(cause)}` })
       })
-      const high = Math.max(seq?.seq ?? 0, ...read.jobs.map((row) => Number(row.id)))
+      const high = Math.max(0, ...marks.map((row) => row.mark), ...read.jobs.map((row) => Number(row.id)))
       if (high > 0) {
         yield* sql.unsafe(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint)`, [`${schema}.__alkstore_jobs`, high])
       }

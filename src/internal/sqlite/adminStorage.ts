@@ -1,6 +1,7 @@
 import { Effect, Option } from "effect"
 import type { AdminStorage, JobRow, LockInfoRow, QueueDepthRow, ScheduleRow } from "../engine.js"
 import type { Executor, Param } from "./executor.js"
+import { lastJobIdSql } from "./jobIds.js"
 import { migrationsTable } from "./migrations.js"
 
 /**
@@ -31,8 +32,8 @@ const sql = {
   job: `SELECT ${jobColumns} FROM __alkstore_jobs WHERE id = ?`,
   locks: `SELECT name, owner, token, expires_at FROM __alkstore_locks ORDER BY name`,
   schedules: `SELECT * FROM __alkstore_scheduler_tasks ORDER BY name`,
-  // AUTOINCREMENT keeps the high-water mark in sqlite_sequence after the rows are gone.
-  lastJobId: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '__alkstore_jobs'), 0) AS id`,
+  // The newest job's id, or the floor the deletes of newer ones left (jobIds.ts).
+  lastJobId: lastJobIdSql,
   migrations: `SELECT migration_id, name FROM ${migrationsTable} ORDER BY migration_id`
 } as const
 

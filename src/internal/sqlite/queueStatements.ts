@@ -1,5 +1,6 @@
 import type { JobRow } from "../engine.js"
 import { flowInsertColumns, flowInsertValues } from "./flowInsert.js"
+import { nextJobId } from "./jobIds.js"
 
 /**
  * What a claim writes: SET expressions all read the row as it was, so one
@@ -180,45 +181,12 @@ export const claimedRowOfObject = (queue: string, workerId: string, now: number)
     r.trace_context
   )
 
-/** An insert's columns, up to its last value (flow control's round: a subquery, or NULL). */
-const insertInto = `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context, ${flowInsertColumns})
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, `
-
-/**
- * A batch's insert of `rows` jobs that differ in their payloads alone (one
- * `enqueueBatch`: one queue, one set of options, one clock reading) when
- * their queue has no limits: the shared values are named parameters, bound
- * once from one object (`SharedRow`), and each row binds only its payload,
- * a positional `?`: 11 + n values bound instead of 13 × n (better-sqlite3
- * binds each from JS, one call per value). (`?N` cannot be used: better-sqlite3
- * does not bind numbered parameters by position.)
- */
-export const insertSharedRows = (rows: number) => {
-  const row =
-    "(@queue, ?, @state, @priority, @run_at, @max_attempts, @visibility_timeout, @backoff_base, @expires_at, NULL, @created_at, @trace_context, @group_key, NULL)"
-  return `INSERT INTO __alkstore_jobs
-    (queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
-     created_at, trace_context, ${flowInsertColumns})
-    VALUES ${new Array<string>(rows).fill(row).join(", ")}`
-}
-
-/** The named values of `insertSharedRows`. */
-export type SharedRow = {
-  readonly queue: string
-  readonly state: string
-  readonly priority: number
-  readonly run_at: number
-  readonly max_attempts: number
-  readonly visibility_timeout: number
-  readonly backoff_base: number
-  readonly expires_at: number | null
-  readonly created_at: number
-  readonly trace_context: string | null
-  readonly group_key: string
-}
-
+/** An insert's columns, up to its last value (flow control's round: a subquery, or NULL); the id from jobIds.ts. */
+export const insertColumns = `INSERT INTO __alkstore_jobs
+    (id, queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
+     idempotency_key, created_at, trace_context, ${flowInsertColumns})
+    VALUES `
+const insertInto = `${insertColumns}(${nextJobId}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, `
 
 /**
  * Every statement of the SQLite queue mechanism (better-sqlite3 binds `?` by
