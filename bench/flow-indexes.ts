@@ -7,13 +7,15 @@
  *   V=splitpending  the plain pending index only for rows without a round (`AND flow_round IS NULL`)
  *   V=split         the same for the plain claimed index too (the lapsed check of a limited queue then
  *                   reads `…_flow_claimed`, whose order is per group: not flat in the number of live claims)
+ *   V=nostate       `…_flow_group` without `state` in its WHERE (a claim leaves its entry alone; the ahead
+ *                   count's `state <> 'dead'` then reads the table for each entry it meets)
  *   L=none          the same table and indexes, an unlimited queue (rows without a round, plain claim)
  *
  *   tsx bench/flow-indexes.ts      e.g. for V in current splitpending split; do V=$V npx tsx bench/flow-indexes.ts; done
  */
 import Database from "better-sqlite3"
 import * as fs from "node:fs"; import * as os from "node:os"; import * as path from "node:path"
-const variant = process.env.V ?? "current" // current | split | noflowclaimed
+const variant = process.env.V ?? "current" // current | splitpending | split | nostate | noflowclaimed
 const limited = process.env.L !== "none"
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "idx-"))
 const db = new Database(path.join(dir, "x.db"))
@@ -28,7 +30,7 @@ db.exec(`CREATE INDEX j_pending ON j (queue, priority DESC, run_at, id) WHERE st
 db.exec(`CREATE INDEX j_scheduled ON j (queue, run_at) WHERE state = 'scheduled'`)
 db.exec(`CREATE INDEX j_claimed ON j (queue, claimed_until) WHERE state = 'claimed'${claimedWhere}`)
 db.exec(`CREATE INDEX j_flow ON j (queue, priority DESC, flow_round, run_at, id, group_key) WHERE state = 'pending' AND flow_round IS NOT NULL`)
-db.exec(`CREATE INDEX j_flow_group ON j (queue, group_key, flow_round, id) WHERE state <> 'dead' AND flow_round IS NOT NULL`)
+db.exec(`CREATE INDEX j_flow_group ON j (queue, group_key, flow_round, id) WHERE ${variant === "nostate" ? "" : "state <> 'dead' AND "}flow_round IS NOT NULL`)
 if (variant !== "noflowclaimed") db.exec(`CREATE INDEX j_flow_claimed ON j (queue, group_key, claimed_until) WHERE state = 'claimed' AND flow_round IS NOT NULL`)
 db.exec(`CREATE TABLE lim (queue TEXT PRIMARY KEY, concurrency INTEGER, current_round INTEGER NOT NULL DEFAULT 0)`)
 const G = Number(process.env.G ?? 100), J = 20000

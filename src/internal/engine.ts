@@ -69,6 +69,16 @@ export const newJobValues = (job: NewJob): Array<string | number | null> => [
   job.group
 ]
 
+/**
+ * Whether `b` has `a`'s values in every column but the payload (and neither has a key): a batch of such
+ * jobs (one `enqueueBatch`) goes in with those values bound once and a list of payloads.
+ */
+export const sharesAllButPayload = (a: NewJob, b: NewJob) =>
+  a.queue === b.queue && a.priority === b.priority && a.runAt === b.runAt && a.maxAttempts === b.maxAttempts &&
+  a.visibilityTimeoutMillis === b.visibilityTimeoutMillis && a.backoffBaseMillis === b.backoffBaseMillis &&
+  a.expiresAt === b.expiresAt && a.createdAt === b.createdAt && a.traceContext === b.traceContext &&
+  a.group === b.group && a.key === undefined && b.key === undefined
+
 /** What a maintenance round did; `expiredByQueue` splits `expired` by queue (for the metrics). */
 export interface MaintenanceRow {
   readonly expired: number

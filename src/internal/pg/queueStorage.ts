@@ -1,6 +1,14 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
-import { type Fence, type JobRow, type NewJob, newJobValues, type QueueStorage, type StatsRow } from "../engine.js"
+import {
+  type Fence,
+  type JobRow,
+  type NewJob,
+  newJobValues,
+  type QueueStorage,
+  sharesAllButPayload,
+  type StatsRow
+} from "../engine.js"
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
@@ -81,9 +89,32 @@ export const makeQueueStorage = (
     )
   }
 
+  const insertShared = (jobs: ReadonlyArray<NewJob>) => {
+    const first = jobs[0]!
+    return Effect.map(
+      ids(db.all(sql.insertShared, [
+        first.queue,
+        jobs.map((job) => job.payload) as unknown as Param,
+        first.runAt > first.createdAt ? "scheduled" : "pending",
+        first.priority,
+        first.runAt,
+        first.maxAttempts,
+        first.visibilityTimeoutMillis,
+        first.backoffBaseMillis,
+        first.expiresAt ?? null,
+        first.createdAt,
+        first.group,
+        first.traceContext ?? null,
+        ...notifier.params
+      ])),
+      (r) => r.sort((a, b) => a - b)
+    )
+  }
+
   const insert = (jobs: ReadonlyArray<NewJob>): Effect.Effect<ReadonlyArray<number>, SqlError> => {
     if (jobs.length === 1) return Effect.map(insertOne(jobs[0]!), (id) => [id])
     if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
+    if (jobs.every((job) => sharesAllButPayload(jobs[0]!, job))) return insertShared(jobs)
     // One queue per statement's notification; a batch of several queues (the scheduler's tick) groups them.
     const queues = [...new Set(jobs.map((job) => job.queue))]
     if (queues.length === 1) return insertMany(jobs)

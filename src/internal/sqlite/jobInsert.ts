@@ -3,7 +3,7 @@
  * owns (src/internal/sqlite/queueStorage.ts runs them): one job, one keyed
  * job, and a batch as multi-row INSERTs.
  */
-import { type NewJob, newJobValues } from "../engine.js"
+import { type NewJob, newJobValues, sharesAllButPayload } from "../engine.js"
 import type { DirectConnection, Param } from "./executor.js"
 import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
 import { nextJobId } from "./jobIds.js"
@@ -57,13 +57,6 @@ const unlimitedRowsText = (rows: number) =>
 /** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (4). */
 const ROW_PARAMS = 17
 const UNLIMITED_ROW_PARAMS = 13
-
-/** Whether `b` has `a`'s values in every column but the payload (and neither has a key). */
-const sharesRow = (a: NewJob, b: NewJob) =>
-  a.queue === b.queue && a.priority === b.priority && a.runAt === b.runAt && a.maxAttempts === b.maxAttempts &&
-  a.visibilityTimeoutMillis === b.visibilityTimeoutMillis && a.backoffBaseMillis === b.backoffBaseMillis &&
-  a.expiresAt === b.expiresAt && a.createdAt === b.createdAt && a.traceContext === b.traceContext &&
-  a.group === b.group && a.key === undefined && b.key === undefined
 
 /**
  * A batch's insert of `rows` jobs that differ in their payloads alone (one
@@ -131,7 +124,7 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
   const first = jobs[0]!
   const queue = first.queue
   let shared = first.key === undefined
-  for (let i = 1; i < jobs.length && shared; i++) shared = sharesRow(first, jobs[i]!)
+  for (let i = 1; i < jobs.length && shared; i++) shared = sharesAllButPayload(first, jobs[i]!)
   const unlimited = (shared || jobs.every((job) => job.queue === queue)) &&
     c.all(sql.hasLimits, [queue]).length === 0
   if (unlimited && shared) return insertSharedNow(c, jobs, ids)
