@@ -1,18 +1,20 @@
 /**
  * Job ids on SQLite without AUTOINCREMENT (src/internal/sqlite/jobIds.ts):
- * deleting the newest job leaves a floor, so its id is never handed out
- * again by any kind of insert, from this connection or another; other
- * deletes write nothing; and a file made before migration 6 keeps its rows
- * and its high-water mark through the table's rebuild.
+ * the store's deletes of the newest job (an ack, a batch's acks, a cancel, a
+ * purge) leave a floor, so its id is never handed out again by any kind of
+ * insert, in this store or another on the file; other deletes write nothing;
+ * and a file made before migration 6 keeps its rows and its high-water mark
+ * through the table's rebuild.
  */
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
-import { Duration, Effect, Option, TestClock } from "effect"
+import { Duration, Effect, Layer, Option, Queue, TestClock } from "effect"
 import { Admin, Queues, SqliteStore } from "../src/index.js"
 import type { NewJob } from "../src/internal/engine.js"
 import type { DirectConnection, Param } from "../src/internal/sqlite/executor.js"
+import { keepFloorParams, keepFloorSql } from "../src/internal/sqlite/jobIds.js"
 import { insertManyNow } from "../src/internal/sqlite/jobInsert.js"
 import { migrationRecord, migrationsTable } from "../src/internal/sqlite/migrations.js"
 import { freshFile } from "./contract/harness.js"
@@ -67,37 +69,69 @@ describe("SQLite job ids", () => {
       }).pipe(Effect.provide(storeOn(filename)))
     }))
 
-  it.scoped("another connection's delete of the newest job leaves the floor this one's inserts read", () =>
+  it.scoped("another store's ack of the newest job leaves the floor this store's inserts read", () =>
     Effect.gen(function*() {
       const filename = freshFile("job-ids-two")
       const enqueue = (n: number) =>
         Effect.flatMap(Queues.Queues, (queues) => Effect.flatMap(queues.queue("ids"), (q) => q.enqueue({ n })))
-      const first = yield* enqueue(1).pipe(Effect.provide(storeOn(filename)))
-      const second = yield* enqueue(2).pipe(Effect.provide(storeOn(filename)))
-      const other = new Database(filename)
-      yield* Effect.addFinalizer(() => Effect.sync(() => other.close()))
-      expect(other.prepare("DELETE FROM __alkstore_jobs WHERE id = ?").run(second).changes).toBe(1)
+      // the two stores open the file on their own connections, as two processes do
+      const producer = yield* Layer.build(storeOn(filename))
+      const worker = yield* Layer.build(storeOn(filename))
+      const first = yield* Effect.provide(enqueue(1), producer)
+      const second = yield* Effect.provide(enqueue(2), producer)
+      yield* Effect.provide(
+        Effect.gen(function*() {
+          const q = yield* (yield* Queues.Queues).queue("ids")
+          for (let i = 0; i < 2; i++) expect(yield* (yield* mustClaim(q)).ack).toBe(true)
+        }),
+        worker
+      )
       expect(floorOf(filename)).toBe(second)
-      const third = yield* enqueue(3).pipe(Effect.provide(storeOn(filename)))
-      expect(third).toBe(second + 1)
+      expect(yield* Effect.provide(enqueue(3), producer)).toBe(second + 1)
       expect(first).toBeLessThan(second)
     }))
 
-  it.scoped("only deleting the newest job writes the floor", () =>
+  it.scoped("only an ack of the newest job writes the floor; a batch's acks write it once", () =>
     Effect.gen(function*() {
       const filename = freshFile("job-ids-floor")
-      const ids = yield* Effect.flatMap(
-        Queues.Queues,
-        (queues) => Effect.flatMap(queues.queue("ids"), (q) => q.enqueueBatch([1, 2, 3]))
-      ).pipe(Effect.provide(storeOn(filename)))
-      const db = new Database(filename)
-      yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
-      const remove = db.prepare("DELETE FROM __alkstore_jobs WHERE id = ?")
-      remove.run(ids[0]!)
-      remove.run(ids[1]!)
-      expect(floorOf(filename)).toBe(0)
-      remove.run(ids[2]!)
-      expect(floorOf(filename)).toBe(ids[2])
+      yield* Effect.gen(function*() {
+        const q = yield* (yield* Queues.Queues).queue("ids")
+        const ids = yield* q.enqueueBatch([1, 2, 3, 4, 5])
+        expect(yield* (yield* mustClaim(q)).ack).toBe(true)
+        expect(yield* (yield* mustClaim(q)).ack).toBe(true)
+        expect(floorOf(filename)).toBe(0)
+        // a stale handle's ack (its fence fails) writes nothing either
+        const third = yield* mustClaim(q)
+        expect(yield* third.ack).toBe(true)
+        expect(yield* third.ack).toBe(false)
+        expect(floorOf(filename)).toBe(0)
+        const rest = yield* q.claimBatch("w", 2)
+        expect(rest.map((h) => h.job.id)).toEqual([ids[3], ids[4]])
+        expect(yield* q.ackAll(rest)).toEqual([true, true])
+        expect(floorOf(filename)).toBe(ids[4])
+      }).pipe(Effect.provide(storeOn(filename)))
+    }))
+
+  it.scoped("a worker's step that acks the newest job keeps the floor and goes on claiming", () =>
+    Effect.gen(function*() {
+      const filename = freshFile("job-ids-worker")
+      yield* Effect.gen(function*() {
+        const q = yield* (yield* Queues.Queues).queue("ids")
+        const ids = yield* q.enqueueBatch([1, 2, 3])
+        const handled = yield* Queue.unbounded<number>()
+        // the worker acks each job in the step that claims the next: job 3's step acks the newest job
+        yield* Effect.forkScoped(q.process("w", (job) => Queue.offer(handled, job.id)))
+        for (const id of ids) expect(yield* Queue.take(handled)).toBe(id)
+        const later = yield* q.enqueue(4)
+        expect(yield* Queue.take(handled)).toBe(later)
+        expect(later).toBe(ids[2]! + 1)
+        // the step after job 4 acked it: every job gone, the floor at the newest id
+        yield* Effect.iterate(0, {
+          while: () => floorOf(filename) !== later,
+          body: (n) => Effect.as(TestClock.adjust(Duration.millis(10)), n + 1)
+        })
+        expect(yield* q.stats).toMatchObject({ pending: 0, claimed: 0, dead: 0 })
+      }).pipe(Effect.provide(storeOn(filename)))
     }))
 
   it.scoped("each multi-row insert numbers its rows consecutively from above the floor", () =>
@@ -139,7 +173,11 @@ describe("SQLite job ids", () => {
       const newest = () => (db.prepare("SELECT max(id) AS id FROM __alkstore_jobs").get() as { id: number }).id
       for (const [name, jobs] of Object.entries(batches)) {
         const deleted = newest()
-        db.prepare("DELETE FROM __alkstore_jobs WHERE id = ?").run(deleted)
+        // the delete as the store's own deletes make it: the floor kept in the same transaction
+        db.transaction(() => {
+          db.prepare("DELETE FROM __alkstore_jobs WHERE id = ?").run(deleted)
+          db.prepare(keepFloorSql).run(...keepFloorParams(deleted))
+        })()
         const ids = c.transaction(() => insertManyNow(c, jobs))
         expect(ids, name).toEqual([deleted + 1, deleted + 2, deleted + 3])
         expect(ids.map((id) => (db.prepare("SELECT payload FROM __alkstore_jobs WHERE id = ?").get(id) as { payload: string }).payload), name)

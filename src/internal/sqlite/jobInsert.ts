@@ -36,7 +36,7 @@ export const insertNow = (c: DirectConnection, job: NewJob): number =>
 /**
  * Jobs without keys go in as multi-row INSERTs of up to `INSERT_ROWS` rows:
  * one statement per hundred jobs instead of one per job (each statement
- * costs its own bind/step/reset round trip and AUTOINCREMENT bookkeeping,
+ * costs its own bind/step/reset round trip and the id floor's reads,
  * ~1 µs, as much as the row itself). Rowids of one statement are consecutive
  * (the first row's id from jobIds.ts, each later one SQLite's one more than
  * the largest so far, under the transaction's write lock), so the ids are

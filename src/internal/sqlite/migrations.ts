@@ -2,7 +2,7 @@ import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect } from "effect"
 import type { Executor } from "./executor.js"
-import { idFloorTable, idFloorTrigger } from "./jobIds.js"
+import { idFloorTable } from "./jobIds.js"
 
 /** One statement per `sql` call: SQLite runs only the first of several. */
 const statements = (...sql: ReadonlyArray<string>) =>
@@ -159,8 +159,7 @@ export const migrationRecord = {
     `DROP TABLE __alkstore_jobs`,
     `ALTER TABLE __alkstore_jobs_next RENAME TO __alkstore_jobs`,
     ...jobIndexes,
-    ...flowJobIndexes,
-    idFloorTrigger
+    ...flowJobIndexes
   )
 }
 

@@ -235,6 +235,9 @@ export const sql = {
   nextDeadline: `SELECT (SELECT min(run_at) FROM __alkstore_jobs WHERE queue = +?1 AND state = 'scheduled' AND run_at > +?2) AS a,
       (SELECT min(claimed_until) FROM __alkstore_jobs WHERE queue = +?1 AND state = 'claimed' AND claimed_until > +?2) AS b`,
   ack: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
+  // The same unless the job is the newest, whose delete must leave the id floor (jobIds.ts): one statement.
+  ackBelowNewest: `DELETE FROM __alkstore_jobs WHERE id = ? AND claim_token = ? AND state = 'claimed'
+    AND id < (SELECT max(id) FROM __alkstore_jobs)`,
   retry: `UPDATE __alkstore_jobs
     SET state = CASE WHEN ? > ? THEN 'scheduled' ELSE 'pending' END, run_at = ?,
       last_error = coalesce(?, last_error), claimed_until = NULL, worker_id = NULL

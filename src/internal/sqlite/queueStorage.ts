@@ -4,6 +4,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "../transactionOwner.js"
 import { expireKeyHolderParams, insertKeyedNow, insertManyNow, insertNow, insertValues } from "./jobInsert.js"
+import { keepFloorParams, keepFloorSql, raiseFloorSql } from "./jobIds.js"
 import { flowWalkEffect, flowWalkNow, readinessNow } from "./flowStorage.js"
 import type { FlowMemory } from "../flow.js"
 import {
@@ -130,7 +131,33 @@ const claimNow = (
   return claimResult(claimed, died)
 }
 
-const ackNow = (c: DirectConnection, fence: Fence) => c.run(sql.ack, [fence.id, fence.token]).changes > 0
+/** An ack inside an open transaction: the delete, and the id floor it leaves when the job was the newest. */
+const ackInTransaction = (c: DirectConnection, fence: Fence) => {
+  if (c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0) return true
+  const acked = c.run(sql.ack, [fence.id, fence.token]).changes > 0
+  if (acked) c.run(keepFloorSql, keepFloorParams(fence.id))
+  return acked
+}
+
+/**
+ * An ack on its own: one statement, unless the job is the newest (or the
+ * fence fails): then the delete and the floor in one transaction (jobIds.ts).
+ */
+const ackNow = (c: DirectConnection, fence: Fence) =>
+  c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0 || c.transaction(() => ackInTransaction(c, fence))
+
+/** A batch's acks in one transaction, the floor kept once for the newest of them. */
+const ackManyNow = (c: DirectConnection, fences: ReadonlyArray<Fence>) =>
+  c.transaction(() => {
+    let newest = 0
+    const acked = fences.map((fence) => {
+      const done = c.run(sql.ack, [fence.id, fence.token]).changes > 0
+      if (done && fence.id > newest) newest = fence.id
+      return done
+    })
+    if (newest > 0) c.run(keepFloorSql, keepFloorParams(newest))
+    return acked
+  })
 
 export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
@@ -195,7 +222,13 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
         ? claimLoop(queue, workerId, now, limit)
         : db.transaction(claimLoop(queue, workerId, now, limit)))
 
-  const ack = (fence: Fence) => Effect.map(db.run(sql.ack, [fence.id, fence.token]), changed)
+  // `ackNow` as effects (over an application's client).
+  const ack = (fence: Fence) =>
+    Effect.flatMap(db.run(sql.ackBelowNewest, [fence.id, fence.token]), (below) =>
+      below.changes > 0 ? Effect.succeed(true) : db.transaction(
+        Effect.flatMap(db.run(sql.ack, [fence.id, fence.token]), (result) =>
+          result.changes > 0 ? Effect.as(db.run(keepFloorSql, keepFloorParams(fence.id)), true) : Effect.succeed(false))
+      ))
 
   // A keyed insert and its lookup share a transaction; a plain one is one statement.
   const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
@@ -203,7 +236,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
 
   const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
   (c: DirectConnection) =>
-    c.transaction(() => ({ acked: ackNow(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory, true) }))
+    c.transaction(() => ({ acked: ackInTransaction(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory, true) }))
 
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
@@ -235,7 +268,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
             : c.transaction(() => claimNow(c, queue, workerId, now, limit, memory, true))
         ),
       ack: (fence) => direct((c) => ackNow(c, fence)),
-      ackMany: (fences) => direct((c) => c.transaction(() => fences.map((fence) => ackNow(c, fence)))),
+      ackMany: (fences) => direct((c) => ackManyNow(c, fences)),
       ackAndClaim: (fence, queue, workerId, now, limit) => direct(ackAndClaimBody(fence, queue, workerId, now, limit))
     }
 
@@ -271,7 +304,9 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence),
     get: (queue, id) => Effect.map(db.all<JobRow>(sql.get, [id, queue]), (rows) => Option.fromNullable(rows[0])),
-    cancel: (queue, id) => Effect.map(db.run(sql.cancel, [id, queue]), changed),
+    cancel: (queue, id) =>
+      db.transaction(Effect.flatMap(db.run(sql.cancel, [id, queue]), (result) =>
+        result.changes > 0 ? Effect.as(db.run(keepFloorSql, keepFloorParams(id)), true) : Effect.succeed(false))),
     stats: (queue, now) =>
       Effect.map(
         db.all<{
@@ -303,16 +338,20 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
         )
       ),
     purgeDead: (queue, diedBefore) =>
-      Effect.map(
-        diedBefore === undefined
-          ? db.run(sql.purgeDead, [queue])
-          : db.run(sql.purgeDeadBefore, [queue, diedBefore]),
-        count
-      ),
+      db.transaction(Effect.zipRight(
+        db.run(raiseFloorSql, []),
+        Effect.map(
+          diedBefore === undefined
+            ? db.run(sql.purgeDead, [queue])
+            : db.run(sql.purgeDeadBefore, [queue, diedBefore]),
+          count
+        )
+      )),
     maintenance: (now, purgeDiedBefore) =>
       db.transaction(Effect.gen(function*() {
         const expiredByQueue = yield* db.all<{ queue: string; count: number }>(expiringSql.text, expiringSql.bind([now]))
         const expired = yield* db.run(expireSql.text, expireSql.bind([now]))
+        yield* db.run(raiseFloorSql, [])
         const purged = yield* db.run(sql.purgeAllDeadBefore, [purgeDiedBefore])
         return { expired: expired.changes, purged: purged.changes, expiredByQueue }
       }))
