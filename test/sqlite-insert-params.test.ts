@@ -10,26 +10,12 @@ import Database from "better-sqlite3"
 import { Effect } from "effect"
 import { Queues, SqliteStore } from "../src/index.js"
 import { type NewJob, newJobValues } from "../src/internal/engine.js"
-import type { DirectConnection, NamedParams, Param } from "../src/internal/sqlite/executor.js"
 import { flowInsertParams } from "../src/internal/sqlite/flowInsert.js"
 import { insertManyNow, insertNow, insertValues } from "../src/internal/sqlite/jobInsert.js"
 import { freshFile } from "./contract/harness.js"
+import { directConnectionOf, newJobOf } from "./support/sqlite-direct.js"
 
-const job = (overrides: Partial<NewJob> = {}): NewJob => ({
-  queue: "q",
-  payload: "{\"n\":1}",
-  createdAt: 1_000,
-  priority: 3,
-  runAt: 1_000,
-  maxAttempts: 5,
-  visibilityTimeoutMillis: 30_000,
-  backoffBaseMillis: 1_000,
-  expiresAt: undefined,
-  key: undefined,
-  traceContext: undefined,
-  group: "",
-  ...overrides
-})
+const job = (overrides: Partial<NewJob> = {}): NewJob => newJobOf({ priority: 3, maxAttempts: 5, ...overrides })
 
 const traced = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"
 
@@ -39,13 +25,7 @@ const migratedConnection = Effect.gen(function*() {
   yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q")).pipe(Effect.provide(SqliteStore.layer({ filename })))
   const db = new Database(filename)
   yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
-  const run = (text: string, params: ReadonlyArray<Param | NamedParams>) => db.prepare(text).run(...params)
-  const c: DirectConnection = {
-    all: <A>(text: string, params: ReadonlyArray<Param>) => db.prepare(text).all(...params) as ReadonlyArray<A>,
-    values: (text, params) => db.prepare(text).raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>,
-    run,
-    transaction: (body) => db.transaction(body)()
-  }
+  const c = directConnectionOf(db)
   const rowsOf = (ids: ReadonlyArray<number>) =>
     ids.map((id) => {
       const { id: _, ...row } = db.prepare("SELECT * FROM __alkstore_jobs WHERE id = ?").get(id) as Record<string, unknown>

@@ -13,11 +13,11 @@ import Database from "better-sqlite3"
 import { Duration, Effect, Layer, Option, Queue, TestClock } from "effect"
 import { Admin, Queues, SqliteStore } from "../src/index.js"
 import type { NewJob } from "../src/internal/engine.js"
-import type { DirectConnection, Param } from "../src/internal/sqlite/executor.js"
 import { keepFloorParams, keepFloorSql } from "../src/internal/sqlite/jobIds.js"
 import { insertManyNow } from "../src/internal/sqlite/jobInsert.js"
 import { migrationRecord, migrationsTable } from "../src/internal/sqlite/migrations.js"
 import { freshFile } from "./contract/harness.js"
+import { directConnectionOf, newJobOf } from "./support/sqlite-direct.js"
 
 const floorOf = (filename: string) => {
   const db = new Database(filename, { readonly: true })
@@ -144,27 +144,9 @@ describe("SQLite job ids", () => {
       }).pipe(Effect.provide(storeOn(filename)))
       const db = new Database(filename)
       yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
-      const c: DirectConnection = {
-        all: <A>(text: string, params: ReadonlyArray<Param>) => db.prepare(text).all(...params) as ReadonlyArray<A>,
-        values: (text, params) => db.prepare(text).raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>,
-        run: (text, params) => db.prepare(text).run(...params),
-        transaction: (body) => db.transaction(body)()
-      }
-      const newJob = (queue: string, n: number, overrides: Partial<NewJob> = {}): NewJob => ({
-        queue,
-        payload: JSON.stringify(n),
-        createdAt: 1_000,
-        priority: 0,
-        runAt: 1_000,
-        maxAttempts: 3,
-        visibilityTimeoutMillis: 30_000,
-        backoffBaseMillis: 1_000,
-        expiresAt: undefined,
-        key: undefined,
-        traceContext: undefined,
-        group: "",
-        ...overrides
-      })
+      const c = directConnectionOf(db)
+      const newJob = (queue: string, n: number, overrides: Partial<NewJob> = {}) =>
+        newJobOf({ queue, payload: JSON.stringify(n), ...overrides })
       const batches = {
         "shared values": [1, 2, 3].map((n) => newJob("plain", n)),
         "rows that differ": [1, 2, 3].map((n) => newJob("plain", n, { priority: n })),
