@@ -131,20 +131,20 @@ const claimNow = (
   return claimResult(claimed, died)
 }
 
-/** An ack inside an open transaction: the delete, and the id floor it leaves when the job was the newest. */
-const ackInTransaction = (c: DirectConnection, fence: Fence) => {
-  if (c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0) return true
+/** The plain ack and the id floor it leaves (jobIds.ts), inside an open transaction: for the newest job. */
+const ackKeepingFloor = (c: DirectConnection, fence: Fence) => {
   const acked = c.run(sql.ack, [fence.id, fence.token]).changes > 0
   if (acked) c.run(keepFloorSql, keepFloorParams(fence.id))
   return acked
 }
 
-/**
- * An ack on its own: one statement, unless the job is the newest (or the
- * fence fails): then the delete and the floor in one transaction (jobIds.ts).
- */
+/** An ack: one statement unless the job is the newest (or the fence fails), inside an open transaction. */
+const ackInTransaction = (c: DirectConnection, fence: Fence) =>
+  c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0 || ackKeepingFloor(c, fence)
+
+/** The same on its own: the newest job's delete and its floor then get a transaction of their own. */
 const ackNow = (c: DirectConnection, fence: Fence) =>
-  c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0 || c.transaction(() => ackInTransaction(c, fence))
+  c.run(sql.ackBelowNewest, [fence.id, fence.token]).changes > 0 || c.transaction(() => ackKeepingFloor(c, fence))
 
 /** A batch's acks in one transaction, the floor kept once for the newest of them. */
 const ackManyNow = (c: DirectConnection, fences: ReadonlyArray<Fence>) =>
@@ -222,13 +222,15 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
         ? claimLoop(queue, workerId, now, limit)
         : db.transaction(claimLoop(queue, workerId, now, limit)))
 
+  // A delete of job `id` inside a transaction, then the id floor it leaves (jobIds.ts): whether it deleted.
+  const deleteKeepingFloor = (deleted: Effect.Effect<RunResult, SqlError>, id: number) =>
+    db.transaction(Effect.flatMap(deleted, (result) =>
+      result.changes > 0 ? Effect.as(db.run(keepFloorSql, keepFloorParams(id)), true) : Effect.succeed(false)))
+
   // `ackNow` as effects (over an application's client).
   const ack = (fence: Fence) =>
     Effect.flatMap(db.run(sql.ackBelowNewest, [fence.id, fence.token]), (below) =>
-      below.changes > 0 ? Effect.succeed(true) : db.transaction(
-        Effect.flatMap(db.run(sql.ack, [fence.id, fence.token]), (result) =>
-          result.changes > 0 ? Effect.as(db.run(keepFloorSql, keepFloorParams(fence.id)), true) : Effect.succeed(false))
-      ))
+      below.changes > 0 ? Effect.succeed(true) : deleteKeepingFloor(db.run(sql.ack, [fence.id, fence.token]), fence.id))
 
   // A keyed insert and its lookup share a transaction; a plain one is one statement.
   const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
@@ -304,9 +306,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence),
     get: (queue, id) => Effect.map(db.all<JobRow>(sql.get, [id, queue]), (rows) => Option.fromNullable(rows[0])),
-    cancel: (queue, id) =>
-      db.transaction(Effect.flatMap(db.run(sql.cancel, [id, queue]), (result) =>
-        result.changes > 0 ? Effect.as(db.run(keepFloorSql, keepFloorParams(id)), true) : Effect.succeed(false))),
+    cancel: (queue, id) => deleteKeepingFloor(db.run(sql.cancel, [id, queue]), id),
     stats: (queue, now) =>
       Effect.map(
         db.all<{
