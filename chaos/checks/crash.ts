@@ -12,6 +12,7 @@ import { createTarget, integrity, openStore, scratch } from "../engine.js"
 import type { Check } from "../lib/check.js"
 import { openLedger, readLedger } from "../lib/ledger.js"
 import { type Child, describeExit, freeze, kill, sleep, spawnWorker, thaw, waitUntil } from "../lib/procs.js"
+import { faultDeck } from "../lib/faultDeck.js"
 import { makeRng } from "../lib/rng.js"
 import type { CrashPayload } from "../lib/crash-handler.js"
 import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
@@ -69,23 +70,26 @@ export const crash: Check = {
 
       let producing = true
       let enqueued = 0
+      // the producer draws from its own stream: the faults' order must not depend on how the two interleave
+      const produce = makeRng(rng.fork())
       const producer = (async () => {
         while (producing) {
           const payload: CrashPayload = {
             n: enqueued,
-            workMs: rng.int(5, 60),
-            poison: rng.chance(0.03),
-            selfAck: rng.chance(0.5)
+            workMs: produce.int(5, 60),
+            poison: produce.chance(0.03),
+            selfAck: produce.chance(0.5)
           }
           const id = await runtime.runPromise(queue.enqueue(payload, payload.poison ? { maxAttempts: 2 } : {}))
           ledger.append({ e: "enq", job: id, poison: payload.poison })
           enqueued++
-          await sleep(rng.int(2, 30))
+          await sleep(produce.int(2, 30))
         }
       })()
 
       let kills = 0
       let freezes = 0
+      const nextFault = faultDeck(rng, { freeze: 0.3, kill: 0.7 })
       const thaws: Array<Promise<void>> = []
       const until = Date.now() + durationMs
       while (Date.now() < until) {
@@ -93,7 +97,7 @@ export const crash: Check = {
         const live = workers.filter((w) => !w.exited && !w.frozen)
         // no kills while a worker is frozen: the others must be up to take its lapsed claims over
         if (live.length === 0 || workers.some((w) => w.frozen)) continue
-        if (rng.chance(0.3)) {
+        if (nextFault() === "freeze") {
           // freeze a worker in the middle of a handler, so its lease lapses under it
           const busy = busyPids(readLedger<CrashRecord>(ledgerFile))
           const victim = live.find((w) => w.pid === busy.find((pid) => live.some((l) => l.pid === pid))) ?? rng.pick(live)

@@ -11,6 +11,7 @@ import type { Check } from "../lib/check.js"
 import { openLedger, readLedger } from "../lib/ledger.js"
 import { type Child, describeExit, freeze, kill, sleep, spawnWorker, thaw, waitUntil } from "../lib/procs.js"
 import { createResource, readResource } from "../lib/resource.js"
+import { faultDeck } from "../lib/faultDeck.js"
 import { makeRng } from "../lib/rng.js"
 import { checkLockLedger, type LockRecord } from "./locks-ledger.js"
 
@@ -53,12 +54,13 @@ export const locks: Check = {
       await waitUntil("the contenders to start", () => ready() >= width, 30_000)
       let kills = 0
       let freezes = 0
+      const nextFault = faultDeck(rng, { kill: 0.5, freeze: 0.5 })
       const until = Date.now() + durationMs
       while (Date.now() < until) {
         await sleep(rng.int(300, 900))
         const victim = holder()
         if (victim === undefined) continue
-        if (rng.chance(0.5)) {
+        if (nextFault() === "kill") {
           kills++
           ledger.append({ e: "kill", target: victim.pid })
           kill(victim)

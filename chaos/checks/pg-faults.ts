@@ -27,6 +27,7 @@ import { createTarget, lockRow, openStore, scratch } from "../engine.js"
 import { type Check, type CheckConfig, violations as collect } from "../lib/check.js"
 import { openLedger, readLedger } from "../lib/ledger.js"
 import { type Child, describeExit, kill, sleep, spawnWorker, waitUntil } from "../lib/procs.js"
+import { faultDeck } from "../lib/faultDeck.js"
 import { makeRng, type Rng } from "../lib/rng.js"
 import type { CrashPayload } from "../lib/crash-handler.js"
 import { checkCrashLedger, type CrashRecord } from "./crash-ledger.js"
@@ -92,8 +93,8 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
 
 /** The faults in the order they are injected: every kind once (shuffled), then at random. */
 const faultPlan = (rng: Rng, count: number): Array<FaultKind> => {
-  const first = [...faultKinds].sort(() => rng.next() - 0.5)
-  return Array.from({ length: count }, (_, i) => first[i] ?? rng.pick(faultKinds))
+  const deck = faultDeck(rng, Object.fromEntries(faultKinds.map((k) => [k, 1])) as Record<FaultKind, number>)
+  return Array.from({ length: count }, deck)
 }
 
 const run = async (config: CheckConfig, cluster: Cluster) => {

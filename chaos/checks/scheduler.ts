@@ -13,6 +13,7 @@ import { Queues, Scheduler } from "../../src/index.js"
 import { createTarget, lockRow, openStore } from "../engine.js"
 import { type Check, violations as collect } from "../lib/check.js"
 import { type Child, describeExit, freeze, kill, sleep, spawnWorker, thaw, waitUntil } from "../lib/procs.js"
+import { faultDeck } from "../lib/faultDeck.js"
 import { makeRng } from "../lib/rng.js"
 
 const intervalMs = 1_000
@@ -80,11 +81,12 @@ export const scheduler: Check = {
       let freezes = 0
       let wokeLeading = 0
       let wokeReacquired = 0
+      const nextFault = faultDeck(rng, { kill: 0.55, freeze: 0.45 })
       while ((await fired()) < boundaries) {
         await sleep(rng.int(2_500, 5_000))
         const current = await leader()
         if (current === undefined) continue
-        if (rng.chance(0.55)) {
+        if (nextFault() === "kill") {
           kills++
           kill(current)
           await start()
