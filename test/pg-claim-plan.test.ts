@@ -9,9 +9,11 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { flowStatements } from "../src/internal/pg/flowStatements.js"
 import { makeNotifier } from "../src/internal/pg/notify.js"
 import { queueStatements } from "../src/internal/pg/queueStatements.js"
 import { pgOwned, pgSchemaFor } from "./contract/harness.js"
+import { Queues } from "../src/index.js"
 import { queueOf } from "./contract/support.js"
 
 interface PlanNode {
@@ -126,6 +128,41 @@ describe("PostgreSQL claim plan", () => {
       }))
       expect(plans.length).toBe(1)
       expect(Number(plans[0]!.generic_plans)).toBeGreaterThan(0) // before: 0 (12 custom plans)
+    }).pipe(Effect.provide(pgOwned.store({ filename })))
+  })
+
+  // Before its first ANALYZE a fresh backlog's table has no statistics: the planner estimated one due
+  // row, and found the plain pending index plus a sort as cheap as the flow index, so each limited claim
+  // read and sorted every due job of the queue (before: 20 001 rows visited by the first page's read).
+  it.live("a limited claim reads the flow index in its order before the table's first ANALYZE", () => {
+    const filename = "pg-claim-plan-flow-fresh"
+    const schema = pgSchemaFor(filename)
+    const sql = flowStatements(schema)
+    return Effect.gen(function*() {
+      const db = yield* SqlClient.SqlClient
+      yield* db.unsafe(`ALTER TABLE ${schema}.__alkstore_jobs SET (autovacuum_enabled = false)`) // no analyze meanwhile
+      yield* (yield* Queues.Queues).setLimits("fresh", { concurrency: 10, groupConcurrency: 1 })
+      const q = yield* queueOf("fresh")
+      yield* q.enqueue(0, { group: "tenant-0" })
+      // the bench's shape (10 000 tenants, two jobs each), as the store numbers them: round = jobs ahead in the group
+      yield* db.unsafe(`INSERT INTO ${schema}.__alkstore_jobs (queue, payload, state, priority, run_at, max_attempts,
+          visibility_timeout, backoff_base, created_at, group_key, flow_round)
+        SELECT 'fresh', '{}', 'pending', 0, n, 3, 30000, 1000, n, 'tenant-' || (n % 10000), n / 10000 + 1
+        FROM generate_series(1, 20000) AS n`)
+      const analyzed = yield* db.unsafe<{ n: string }>(
+        `SELECT count(*) AS n FROM pg_stats WHERE schemaname = $1 AND tablename = '__alkstore_jobs'`,
+        [schema]
+      )
+      expect(Number(analyzed[0]!.n)).toBe(0)
+      const explain = explainWith(db)
+      const now = Date.now()
+      const flow = ["__alkstore_jobs_flow"]
+      for (const generic of [false, true]) {
+        checkPlan(yield* explain(sql.claimFirst, [now, "w", "fresh"], generic), flow, 10)
+        checkPlan(yield* explain(sql.readAhead, ["fresh", now, true, 50, 0], generic), flow, 50)
+        checkPlan(yield* explain(sql.start, ["fresh", now, true, false, 0, 50], generic), flow, 50)
+        checkPlan(yield* explain(sql.pendingAfter, ["fresh", 0, 0, now, 0, 50], generic), flow, 100)
+      }
     }).pipe(Effect.provide(pgOwned.store({ filename })))
   })
 
