@@ -361,7 +361,7 @@ CONTRACT §7: how fast an idle worker sees a new job, and what a waiting worker 
 per scenario and side (\`bench/waking-child.ts\`, scenarios in \`bench/waking.ts\`), each on a fresh WAL file;
 ${s.samples} timed samples per latency scenario after ${s.warmup} untimed ones, a random ${s.gapMinMs}–${s.gapMaxMs} ms real sleep
 between samples so the worker is idle each time; p50/p99 are nearest-rank percentiles. Select with
-\`BENCH_WORKLOADS=${defs.map((d) => d.id).join(",")}\`; \`BENCH_WAKE_SAMPLES\`, \`BENCH_WAKE_IDLE_S\` change the sizes.
+\`BENCH_WORKLOADS=${defs.map((d) => d.id).join(",")}\`; \`BENCH_WAKE_SAMPLES\`, \`BENCH_WAKE_IDLE_S\`, \`BENCH_WAKE_GAP_MS\` change the sizes.
 
 ${mdTable(table.header, table.rows)}
 

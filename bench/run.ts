@@ -26,6 +26,7 @@
  *                         (e.g. BENCH_WORKLOADS=wake-inprocess,wake-crossprocess,idle-cpu runs only those)
  *   BENCH_WAKE_SAMPLES=n  timed samples per waking latency scenario (default 500; 200 with BENCH_QUICK)
  *   BENCH_WAKE_IDLE_S=n   idle-cpu measuring window (default 10; 3 with BENCH_QUICK)
+ *   BENCH_WAKE_GAP_MS=a-b the idle gap between latency samples, uniform in [a, b] ms (default 2-5)
  *   BENCH_WAKE_REPS=n     interleaved rounds of the waking scenarios with targets against raw
  *                         (wake-outside, wake-crossprocess; default 3, 1 with BENCH_QUICK); the others run once
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
@@ -96,6 +97,7 @@ if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`BENCH_REPS must be a p
 if (!Number.isInteger(HEAVY_REPS) || HEAVY_REPS < 1) throw new Error(`BENCH_HEAVY_REPS must be a positive integer`)
 if (!Number.isInteger(WAKE.samples) || WAKE.samples < 1) throw new Error(`BENCH_WAKE_SAMPLES must be a positive integer`)
 if (!(WAKE.idleMs > 0)) throw new Error(`BENCH_WAKE_IDLE_S must be positive`)
+if (!(WAKE.gapMinMs >= 0 && WAKE.gapMaxMs >= WAKE.gapMinMs)) throw new Error(`BENCH_WAKE_GAP_MS must be "min-max" in ms`)
 
 /**
  * Slow peers are scaled down so the whole run stays within its time budget on

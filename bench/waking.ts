@@ -58,8 +58,9 @@ export type WakeId = "wake-inprocess" | "wake-outside" | "wake-crossprocess" | "
 export const wakeSettings = (quick: boolean, env: NodeJS.ProcessEnv): WakeSettings => ({
   samples: Number(env.BENCH_WAKE_SAMPLES ?? (quick ? 200 : 500)),
   warmup: 20,
-  gapMinMs: 2,
-  gapMaxMs: 5,
+  // BENCH_WAKE_GAP_MS="min-max": the idle gap between samples (default 2-5 ms)
+  gapMinMs: Number(env.BENCH_WAKE_GAP_MS?.split("-")[0] ?? 2),
+  gapMaxMs: Number(env.BENCH_WAKE_GAP_MS?.split("-")[1] ?? 5),
   settleMs: 1_000,
   idleMs: Number(env.BENCH_WAKE_IDLE_S ?? (quick ? 3 : 10)) * 1000,
   sampleTimeoutMs: 6_000,

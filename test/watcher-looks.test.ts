@@ -30,10 +30,23 @@ describe("the cross-process watcher's looks after a WAL write that shows no comm
     expect(naps).toBe(20)
   })
 
-  it("give the later writes of a commit just seen one look and the timers, no naps", () => {
+  it("give the later writes of a commit just seen three naps, not a round, then the timers", () => {
     const round = newLookRound()
     walWritten(round, 0, true, false)
-    expect(looksOf(round, 0.12)).toEqual(["timer", "timer", "timer", "timer", "timer", "stop"])
+    expect(looksOf(round, 0.12)).toEqual(["nap", "nap", "nap", "timer", "timer", "timer", "timer", "timer", "stop"])
+  })
+
+  it("keep napping while the writes of a commit that follows one just seen go on (a WAL restart moved data_version)", () => {
+    // Before: no naps for an event within 2 ms of a commit seen, so this commit waited a 1 ms timer.
+    const round = newLookRound()
+    walWritten(round, 0, true, false)
+    const looks: Array<string> = []
+    // four frames 50 µs apart, looks 0.12 ms apart: the commit is visible 0.1 ms after its last write
+    for (const [at, event] of [[0.05, true], [0.1, true], [0.15, true], [0.17, false], [0.29, false]] as const) {
+      if (event) walWritten(round, at, true, true)
+      looks.push(afterEmptyLook(round, at))
+    }
+    expect(looks).toEqual(["nap", "nap", "nap", "nap", "nap"])
   })
 
   it("give a new round its naps again", () => {

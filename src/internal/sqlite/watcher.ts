@@ -46,6 +46,20 @@ export interface WatcherOptions {
 const NAP_UNTIL_MILLIS = 2
 const NAP_MILLIS = 0.1
 const NAPS_MAX = 20
+/**
+ * Naps after a WAL write event within `SEEN_MILLIS` of a look that found a
+ * commit. Such an event is most often that commit's later writes, read
+ * late, and a full round of naps would be wasted on it; but it can be the
+ * next commit's first write: another commit within 2 ms, or the same
+ * writer's transaction after its WAL restart (once per checkpoint, a look
+ * finds `data_version` moved with no job in it 0.4–0.8 ms before that
+ * transaction commits). With no naps, such a commit waited the 1 ms timer:
+ * 8 of the 16 slowest of 500 cross-process wakes (docs/performance.md,
+ * "Issue 14, the cross-process tail, 2026-12-03"). Each such event gives
+ * three naps again, so a commit still being written is looked for until
+ * 0.3 ms after its last write.
+ */
+const JUST_SEEN_NAPS = 3
 const napCell = new Int32Array(new SharedArrayBuffer(4))
 /** Events this soon after a look found a new commit are that commit's later writes. */
 const SEEN_MILLIS = 2
@@ -60,14 +74,14 @@ export const newLookRound = (): LookRound => ({ naps: 0, napUntil: 0, followUps:
 
 /**
  * A WAL write event at `at`. A new round (`inFlight` false) gets its naps;
- * events during one extend its time, not its count. The later writes of a
- * commit just seen (`justSeen`) get one look and the timers, no naps: each
- * look takes a read lock, and a writer restarting the WAL waits out readers.
+ * events during one extend its time, not its count. An event soon after a
+ * commit was seen (`justSeen`) gets `JUST_SEEN_NAPS`, not a round: each look
+ * takes a read lock, and a writer restarting the WAL waits out readers.
  */
 export const walWritten = (round: LookRound, at: number, justSeen: boolean, inFlight: boolean): void => {
   round.followUps = 5
   round.napUntil = at + NAP_UNTIL_MILLIS
-  if (justSeen) round.naps = 0
+  if (justSeen) round.naps = JUST_SEEN_NAPS
   else if (!inFlight) round.naps = NAPS_MAX
 }
 
