@@ -9,11 +9,11 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { Queues } from "../src/index.js"
 import { flowStatements } from "../src/internal/pg/flowStatements.js"
 import { makeNotifier } from "../src/internal/pg/notify.js"
 import { queueStatements } from "../src/internal/pg/queueStatements.js"
 import { pgOwned, pgSchemaFor } from "./contract/harness.js"
-import { Queues } from "../src/index.js"
 import { queueOf } from "./contract/support.js"
 
 interface PlanNode {

@@ -61,7 +61,7 @@ const NAPS_MAX = 20
  */
 const JUST_SEEN_NAPS = 3
 const napCell = new Int32Array(new SharedArrayBuffer(4))
-/** Events this soon after a look found a new commit are that commit's later writes. */
+/** Events this soon after a look found a new commit are most often that commit's later writes (`JUST_SEEN_NAPS`). */
 const SEEN_MILLIS = 2
 
 /** The watcher's looks after WAL write events: one round runs until a look finds a commit or it runs out. */
