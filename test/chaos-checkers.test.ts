@@ -44,6 +44,26 @@ describe("the crash checker", () => {
     expect(result.facts).toMatchObject({ staleStarts: 1, duplicates: 1, "dup.dbFault": 1 })
   })
 
+  // On PostgreSQL a lease is written and judged on the store's clock (the host's plus its measured offset to
+  // the server's); the host's Date.now() of the ledger can trail it by the measurement's error. One CI run:
+  // "claimed by w4 at …462 inside w1's lease (until …463)", a claim made when w4's store clock said 463.
+  it("judges a claim against the previous lease on the store's clock, not the ledger's host time", () => {
+    const onClock = (job: number, token: number, at: number, until: number, clockAt: number, pid: number): CrashRecord => ({
+      ...(start(job, token, at, until, pid) as Extract<CrashRecord, { e: "start" }>), clockAt
+    })
+    const frozen = { e: "freeze", target: 1, at: 5, pid: 0 } as const
+    const reclaimed: Array<CrashRecord> = [
+      enq(1), frozen, onClock(1, 1, 10, 1_010, 10, 1), done(1, 1, 1_500),
+      onClock(1, 2, 1_009, 2_009, 1_010, 2), done(1, 2, 1_020, 2), ack(1, 2, true, 1_030, 2)
+    ]
+    expect(checkCrashLedger(reclaimed, []).violations).toEqual([]) // before: an overlap at 1 009 < 1 010
+    const early: Array<CrashRecord> = [
+      enq(1), onClock(1, 1, 10, 1_010, 10, 1), done(1, 1, 20),
+      onClock(1, 2, 1_011, 2_009, 1_009, 2), done(1, 2, 1_020, 2), ack(1, 2, true, 1_030, 2)
+    ]
+    expect(kinds(checkCrashLedger(early, []).violations)).toContain("overlap")
+  })
+
   it("reports a lost job, a claim inside a valid lease, a token going back, and a duplicate after a good ack", () => {
     const records: Array<CrashRecord> = [
       enq(1), // never handled

@@ -17,6 +17,12 @@ export type CrashRecord =
     readonly n?: number
     readonly token: number
     readonly until: number
+    /**
+     * When the start was recorded, on the store's clock, the one `until` is written in: on PostgreSQL
+     * the host's plus its measured offset to the server's, which the ledger's `at` (the host's
+     * `Date.now()`) can trail by the measurement's error (docs/engines.md, "The clock").
+     */
+    readonly clockAt?: number
     readonly worker: string
     readonly selfAck: boolean
     readonly at: number
@@ -36,6 +42,8 @@ export type CrashRecord =
   | { readonly e: "enqFailed"; readonly n: number; readonly poison: boolean; readonly at: number; readonly pid: number }
 
 type Start = Extract<CrashRecord, { e: "start" }>
+/** When a start was recorded, on the clock its lease is written in (a ledger without it: the host's). */
+const onStoreClock = (s: Start) => s.clockAt ?? s.at
 type Ack = Extract<CrashRecord, { e: "ack" }>
 
 export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: ReadonlyArray<Queues.Job>) => {
@@ -125,13 +133,17 @@ export const checkCrashLedger = (records: ReadonlyArray<CrashRecord>, dead: Read
       if (s.at > next.at) {
         staleStarts++
         // inside its own lease, it was claimed after the next token's claim: a token going back
-        if (s.at < s.until) v.add("token", `job ${id}: token ${s.token} claimed after token ${next.token}`)
+        if (onStoreClock(s) < s.until) v.add("token", `job ${id}: token ${s.token} claimed after token ${next.token}`)
       }
-      // no second claim while the first was within its lease ([claim, until): lapsed at now >= until)
-      // (unless the claim was given back first: its handler failed, and the retry ended the tenure)
+      // no second claim while the first was within its lease ([claim, until): lapsed at now >= until),
+      // judged on the clock the leases are written in (unless the claim was given back first: its
+      // handler failed, and the retry ended the tenure)
       const gaveBack = job.gaveBack.get(s.token)
-      if (next.at < s.until && !(gaveBack !== undefined && gaveBack <= next.at)) {
-        v.add("overlap", `job ${id}: claimed by ${next.worker} at ${next.at} inside ${s.worker}'s lease (until ${s.until})`)
+      if (onStoreClock(next) < s.until && !(gaveBack !== undefined && gaveBack <= next.at)) {
+        v.add(
+          "overlap",
+          `job ${id}: claimed by ${next.worker} at ${onStoreClock(next)} inside ${s.worker}'s lease (until ${s.until})`
+        )
       }
       // every re-delivery after a completed handler is explained
       if (job.done.has(s.token)) {

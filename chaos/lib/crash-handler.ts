@@ -7,7 +7,7 @@
  * reported loss) or `ackFailed` when that ack failed (the handler then
  * fails, and `process` gives the claim back for a retry).
  */
-import { DateTime, Effect, Option } from "effect"
+import { Clock, DateTime, Effect, Option } from "effect"
 import type { Queues } from "../../src/index.js"
 import type { Ledger } from "./ledger.js"
 import type { Rng } from "./rng.js"
@@ -32,6 +32,7 @@ export const crashHandler = (ledger: Ledger, rng: Rng, workerId: string) =>
     const payload = job.payload as CrashPayload
     const token = tokenOf(handle)
     const until = DateTime.toEpochMillis(Option.getOrThrow(job.claimedUntil))
+    const clockAt = yield* Clock.currentTimeMillis // the store's clock, which wrote `until`
     ledger.append({
       e: "start",
       job: job.id,
@@ -39,6 +40,7 @@ export const crashHandler = (ledger: Ledger, rng: Rng, workerId: string) =>
       worker: workerId,
       token,
       until,
+      clockAt,
       attempt: job.attempts,
       selfAck: payload.selfAck
     })
