@@ -7,6 +7,7 @@ import Sqlite from "better-sqlite3"
 import { Effect, Scope } from "effect"
 import { type Executor, fromOwnedConnection } from "./executor.js"
 import { isBusy } from "./busy.js"
+import type { WalSignal } from "./checkpointer.js"
 import { makeGate } from "./gate.js"
 import { makeImmediateTransaction } from "./transaction.js"
 
@@ -14,8 +15,11 @@ export interface OwnedConnectionOptions {
   readonly filename: string
   readonly busyTimeoutMillis: number
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
-  /** Called as each statement is about to run (it may write): the checkpointer's prompt. */
-  readonly wrote: () => void
+  /**
+   * The checkpointer's flags: `wrote` is called as each statement is about to
+   * run (it may write), and a request to catch up is met before it (below).
+   */
+  readonly wal: Pick<WalSignal, "wrote" | "behind" | "caughtUp">
 }
 
 export interface OwnedConnection {
@@ -56,7 +60,23 @@ export const makeOwnedConnection = (
     }))
 
     const statements = new Map<string, Sqlite.Statement>()
-    const { wrote } = options
+    const { wal } = options
+    let catchUp: Sqlite.Statement | undefined
+    // The checkpointer could not keep up with a steady stream of commits
+    // (checkpointer.ts): a checkpoint between two of this connection's
+    // transactions copies the WAL's last frames, and the next write restarts it.
+    // Inside a transaction it waits for the next statement outside one.
+    const wrote = () => {
+      wal.wrote()
+      if (!wal.behind() || db.inTransaction) return
+      wal.caughtUp()
+      try {
+        catchUp ??= db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
+        catchUp.get()
+      } catch {
+        // Another connection's checkpoint holds the file's checkpoint lock: the thread asks again.
+      }
+    }
     // Every statement passes here (it is about to run): reads mark too, which
     // costs an idle store one spare checkpoint per read, and saves telling them apart.
     const prepare = (sql: string): Sqlite.Statement => {

@@ -148,7 +148,7 @@ export const layer = (
       filename: options.filename,
       busyTimeoutMillis: busyTimeout,
       retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis)),
-      wrote: walSignal.wrote
+      wal: walSignal
     })
     const { filename } = options
     const wake = makeWakeHub()
