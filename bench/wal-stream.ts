@@ -14,22 +14,13 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { Queues, SqliteStore } from "../src/index.js"
+import { walIndex } from "../test/support/wal-index.js"
 
 const JOBS = Number(process.env.WAL_STREAM_JOBS ?? 200_000)
 const SEGMENT = Number(process.env.WAL_STREAM_SEGMENT ?? 20_000)
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-wal-stream-"))
 
-/** `mxFrame` of the wal-index header (https://www.sqlite.org/walformat.html), native byte order. */
-const walFrames = (filename: string) => {
-  const header = Buffer.alloc(20)
-  const fd = fs.openSync(`${filename}-shm`, "r")
-  try {
-    fs.readSync(fd, header, 0, 20, 0)
-  } finally {
-    fs.closeSync(fd)
-  }
-  return os.endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
-}
+const walFrames = (filename: string) => walIndex(filename).frames
 
 interface Segment {
   readonly perSecond: number

@@ -7,11 +7,10 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect, Schedule } from "effect"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import { Queues, SqliteStore } from "../src/index.js"
-import { catchUpFrames } from "../src/internal/sqlite/checkpointer.js"
 import { lastJson, runChild } from "./child.js"
 import { freshFile } from "./contract/harness.js"
+import { walIndex } from "./support/wal-index.js"
 
 const walSizeAfterBursts = (checkpointInterval: Duration.DurationInput) => {
   const filename = freshFile("wal")
@@ -38,23 +37,6 @@ describe("background WAL checkpoints (SqliteStore.layer)", () => {
       expect(unchecked).toBeGreaterThan(3 * checkpointed)
     }), 60_000)
 })
-
-/**
- * The WAL's live length and how much of it is copied, from the wal-index header in `-shm`
- * (https://www.sqlite.org/walformat.html: `mxFrame` at byte 16, `nBackfill` at 96, native byte order).
- * The `-wal` file's size is its high-water mark and says nothing of a restart.
- */
-const walIndex = (filename: string) => {
-  const header = Buffer.alloc(100)
-  const fd = fs.openSync(`${filename}-shm`, "r")
-  try {
-    fs.readSync(fd, header, 0, 100, 0)
-  } finally {
-    fs.closeSync(fd)
-  }
-  const le = os.endianness() === "LE"
-  return { frames: le ? header.readUInt32LE(16) : header.readUInt32BE(16), copied: le ? header.readUInt32LE(96) : header.readUInt32BE(96) }
-}
 
 describe("a steady stream of commits (no pause as long as a checkpoint)", () => {
   it.live("keeps the WAL bounded: the store's connection catches up when the thread cannot", () => {
