@@ -14,47 +14,55 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { Queues, SqliteStore } from "../src/index.js"
-import { walIndex } from "../test/support/wal-index.js"
+import { walIndexReader } from "../test/support/wal-index.js"
 
 const JOBS = Number(process.env.WAL_STREAM_JOBS ?? 200_000)
 const SEGMENT = Number(process.env.WAL_STREAM_SEGMENT ?? 20_000)
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-wal-stream-"))
-
-const walFrames = (filename: string) => walIndex(filename).frames
 
 interface Segment {
   readonly perSecond: number
   readonly frames: number
 }
 
-/** Call `after(n)` after each job: it samples the WAL every 1000 jobs and closes a segment every SEGMENT. */
+/**
+ * Call `after(n)` after each job: it samples the WAL every 1000 jobs and closes a segment every SEGMENT.
+ * `close` once the file's connections are closed (walIndexReader).
+ */
 const recorder = (filename: string) => {
+  const wal = walIndexReader(filename)
   const segments: Array<Segment> = []
   let started = performance.now()
   let longest = 0
   const after = (n: number) => {
-    if (n % 1000 === 999) longest = Math.max(longest, walFrames(filename))
+    if (n % 1000 === 999) longest = Math.max(longest, wal.read().frames)
     if (n % SEGMENT !== SEGMENT - 1) return
     segments.push({ perSecond: SEGMENT / ((performance.now() - started) / 1000), frames: longest })
     started = performance.now()
     longest = 0
   }
-  return { after, segments }
+  return { after, segments, close: wal.close }
 }
 
 const alkstore = async () => {
   const filename = path.join(dir, "alkstore.db")
+  const record = recorder(filename)
   const program = Effect.gen(function*() {
     const queue = yield* (yield* Queues.Queues).queue("stream")
     yield* queue.enqueue({ n: -1 })
-    const record = recorder(filename)
     for (let n = 0; n < JOBS; n++) {
       yield* queue.enqueue({ n })
       record.after(n)
     }
     return record.segments
   })
-  return Effect.runPromise(Effect.scoped(Effect.provide(program, SqliteStore.layer({ filename }))) as Effect.Effect<Array<Segment>>)
+  try {
+    return await Effect.runPromise(
+      Effect.scoped(Effect.provide(program, SqliteStore.layer({ filename }))) as Effect.Effect<Array<Segment>>
+    )
+  } finally {
+    record.close()
+  }
 }
 
 const raw = () => {
@@ -66,8 +74,8 @@ const raw = () => {
     run_at INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0)`)
   db.exec(`CREATE INDEX jobs_pending ON jobs (queue, run_at, id) WHERE state = 'pending'`)
   const insert = db.prepare(`INSERT INTO jobs (queue, payload, state, run_at) VALUES ('stream', ?, 'pending', ?)`)
+  const record = recorder(filename)
   try {
-    const record = recorder(filename)
     for (let n = 0; n < JOBS; n++) {
       insert.run(JSON.stringify({ n }), n)
       record.after(n)
@@ -75,6 +83,7 @@ const raw = () => {
     return record.segments
   } finally {
     db.close()
+    record.close()
   }
 }
 

@@ -27,11 +27,13 @@ import { Worker } from "node:worker_threads"
  * a pass that finds the WAL at `catchUpFrames` or more (not restarted for
  * that long) runs a second pass for what came during the first and asks the
  * store's connection to catch up (cell 2): before its next statement outside
- * a transaction it runs a PASSIVE checkpoint itself, which, between its own
- * writes, copies the last frames, and its next write restarts the WAL. At
- * most once per pass; its fsyncs on the event loop are the price (1.1–1.3 ms at
- * a 5 ms interval, 6–9 ms at the default 200 ms, measured at ~75 000
- * enqueues/s).
+ * a transaction it runs a RESTART checkpoint itself, which, between its own
+ * writes and holding the write lock against other processes' (waiting for it
+ * within the connection's `busy_timeout`), copies the last frames, so the
+ * next write restarts the WAL. At most once per pass; its fsyncs on the event
+ * loop are the price (1.1–1.3 ms at a 5 ms interval, 6–9 ms at the default
+ * 200 ms, measured at ~75 000 enqueues/s from one process; 2–14 ms with a
+ * second process writing).
  *
  * The thread opens the file by name, so it must find the store's own file
  * there (`fileMustExist`, same device and inode): a file deleted or renamed

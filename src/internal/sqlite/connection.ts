@@ -65,13 +65,18 @@ export const makeOwnedConnection = (
     // The checkpointer could not keep up with a steady stream of commits
     // (checkpointer.ts): a checkpoint between two of this connection's
     // transactions copies the WAL's last frames, and the next write restarts it.
+    // RESTART, not PASSIVE: when another process writes too, one of its commits
+    // lands between this checkpoint and the next write often enough that the WAL
+    // restarted only by chance (to 1.3 GB); RESTART takes the write lock for the
+    // copy (waiting out the other writer within `busy_timeout`) and leaves the
+    // WAL to restart at the next write, whoever makes it.
     // Inside a transaction it waits for the next statement outside one.
     const wrote = () => {
       wal.wrote()
       if (!wal.behind() || db.inTransaction) return
       wal.caughtUp()
       try {
-        catchUp ??= db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
+        catchUp ??= db.prepare("PRAGMA wal_checkpoint(RESTART)")
         catchUp.get()
       } catch {
         // Another connection's checkpoint holds the file's checkpoint lock: the thread asks again.
