@@ -34,8 +34,14 @@ export const queueStatements = (s: string, n: Notifier) => {
    * for, so no row is claimed twice. `picked` is the best `$4` in contract
    * order (priority, then run_at, then id); the other due scheduled rows move
    * into the claim index (`pending`) in the same statement (a row is modified
-   * once: the two sets are disjoint). `= ANY (ARRAY(…))` keeps the writes on
-   * the primary key whatever the planner estimates.
+   * once: the two sets are disjoint). A prepared statement keeps its generic
+   * plan until the table's statistics change, and one made while the table
+   * was nearly empty, as a store's first claims are, runs on as its backlog
+   * grows: with `id = ANY (ARRAY(…))` for both writes that plan scanned the
+   * whole table twice per claim until autovacuum's first ANALYZE. So the
+   * claim's write finds its rows by primary key (`claimedRows`), and the
+   * promotion reads the partial index of scheduled rows up to the latest due
+   * one (test/pg-claim-plan.test.ts).
    * (Flow control: a queue with limits claims nothing here; `lim.limited`
    * sends it to the flow walk, docs/flow-control.md — one primary-key probe.)
    */
@@ -64,13 +70,23 @@ export const queueStatements = (s: string, n: Notifier) => {
         ORDER BY priority DESC, run_at, id LIMIT ${limit}
       ), promoted AS (
         UPDATE ${jobs} SET state = 'pending'
-        WHERE id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
+        WHERE queue = $3 AND state = 'scheduled' AND run_at <= (SELECT max(run_at) FROM due)
+          AND id = ANY (ARRAY(SELECT id FROM due WHERE id NOT IN (SELECT id FROM picked))) RETURNING 1
       )`
+  // Which rows the claim writes: `picked`'s, found by primary key. A claim of one says so as an equality
+  // with a scalar subquery, which every plan serves from the primary key; a batch joins `picked` on it and
+  // also names the ids as an array, so the planner can take either the join's probes or the array's.
+  // (`id = ANY (ARRAY(…))` alone is costed as ten ids, and against a table costed as ten pages — never
+  // analyzed, nearly empty — a sequential scan wins; such a plan ran on as the backlog grew.)
+  const claimedRows = (limit: "$4" | "1") =>
+    limit === "1"
+      ? "WHERE j.id = (SELECT id FROM picked)"
+      : "FROM picked WHERE j.id = picked.id AND j.id = ANY (ARRAY(SELECT id FROM picked))"
   // One statement, one round trip (autocommit outside a transaction: one commit):
   // the claim's CTEs (below) then the claim's writes.
   // (A single row of NULL job columns when nothing was claimed, so `limited` always comes back.)
   const claimOf = (limit: "$4" | "1") => `WITH ${claimCtes("", limit)}, claimed AS (
-        ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        ${claimSet} ${claimedRows(limit)}
         RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
       SELECT c.*, lim.limited FROM lim LEFT JOIN claimed AS c ON true`
@@ -83,7 +99,7 @@ export const queueStatements = (s: string, n: Notifier) => {
   const ackAndClaimOf = (limit: "$4" | "1") => `WITH done AS (
         DELETE FROM ${jobs} WHERE ${fencedRow("$5", "$6")} RETURNING id
       ), ${claimCtes("AND id <> $5::bigint", limit)}, claimed AS (
-        ${claimSet} WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        ${claimSet} ${claimedRows(limit)}
         RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
       SELECT (SELECT count(*) FROM done) AS acked, lim.limited, c.* FROM lim LEFT JOIN claimed AS c ON true`
