@@ -220,8 +220,8 @@ describe("PostgreSQL claim plan", () => {
   // analyzed is costed as ten pages: a plan made while the table was (nearly) empty, as every store's
   // first claims are, ran on as its backlog grew. With `id = ANY (ARRAY(SELECT id FROM picked))` that
   // plan was a sequential scan of the whole table for a claim of one's write and another for the promotion
-  // of due rows: each claim read every row (before: a worker fell from ~900 to ~190 jobs/s while a producer
-  // built a 55 000-job backlog in the minute before autovacuum's first ANALYZE).
+  // of due rows: each claim read every row (before: a worker fell from 809 to 186 jobs/s while producers
+  // built a 47 000-job backlog before autovacuum's first ANALYZE: bench/pg/stream.ts).
   it.live("claims find their rows by primary key with plans made while the table was nearly empty (before its first ANALYZE)", () => {
     const filename = "pg-claim-plan-empty"
     const schema = pgSchemaFor(filename)
