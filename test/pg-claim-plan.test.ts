@@ -29,8 +29,15 @@ interface PlanNode {
 
 const nodes = (node: PlanNode): Array<PlanNode> => [node, ...(node.Plans ?? []).flatMap(nodes)]
 
-class Rollback {
-  constructor(readonly plan: PlanNode) {}
+/** What a transaction that ran EXPLAIN ANALYZE of writes returns while rolling them back. */
+class Rollback<A> {
+  constructor(readonly value: A) {}
+}
+
+/** The plan of an `EXPLAIN (FORMAT JSON)`'s one row (the driver may hand the JSON over as text). */
+const planOf = (rows: ReadonlyArray<{ readonly "QUERY PLAN": unknown }>): PlanNode => {
+  const raw = rows[0]!["QUERY PLAN"]
+  return ((typeof raw === "string" ? JSON.parse(raw) : raw) as Array<{ Plan: PlanNode }>)[0]!.Plan
 }
 
 // `generic`: the plan without the values, as a prepared statement runs it after five executions.
@@ -41,17 +48,15 @@ const explainWith = (db: SqlClient.SqlClient) => (text: string, params: Readonly
       yield* db.unsafe(`PREPARE plan_check AS ${text}`)
       yield* db.unsafe(`SET LOCAL plan_cache_mode = force_generic_plan`)
     }
-    const rows = yield* db.unsafe<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(
+    const rows = yield* db.unsafe<{ "QUERY PLAN": unknown }>(
       generic
         ? `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_check(${params.map(literal).join(", ")})`
         : `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
       generic ? [] : params as Array<string>
     )
     if (generic) yield* db.unsafe(`DEALLOCATE plan_check`)
-    const raw = rows[0]!["QUERY PLAN"]
-    const parsed = (typeof raw === "string" ? JSON.parse(raw) : raw) as Array<{ Plan: PlanNode }>
-    return yield* Effect.fail(new Rollback(parsed[0]!.Plan)) // EXPLAIN ANALYZE ran the write: undo it
-  })).pipe(Effect.catchIf((e): e is Rollback => e instanceof Rollback, (e) => Effect.succeed(e.plan)))
+    return yield* Effect.fail(new Rollback(planOf(rows))) // EXPLAIN ANALYZE ran the write: undo it
+  })).pipe(Effect.catchIf((e): e is Rollback<PlanNode> => e instanceof Rollback, (e) => Effect.succeed(e.value)))
 
 /** Index scans only, none reading a row it then throws away, at most `maxVisited` rows each; these indexes used. */
 const checkPlan = (plan: PlanNode, indexes: ReadonlyArray<string>, maxVisited: number) => {
@@ -254,12 +259,12 @@ describe("PostgreSQL claim plan", () => {
         yield* backlog(21, 20_000)
         const plans: Record<string, PlanNode> = {}
         for (const [name, [, args]] of Object.entries(checked)) {
-          const rows = yield* db.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}${args}`)
-          const raw = rows[0]!["QUERY PLAN"]
-          plans[name] = ((typeof raw === "string" ? JSON.parse(raw) : raw) as Array<{ Plan: PlanNode }>)[0]!.Plan
+          plans[name] = planOf(yield* db.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${name}${args}`))
         }
-        return yield* Effect.fail(new Rollback(plans as unknown as PlanNode))
-      })).pipe(Effect.catchIf((e): e is Rollback => e instanceof Rollback, (e) => Effect.succeed(e.plan as unknown as Record<string, PlanNode>)))
+        return yield* Effect.fail(new Rollback(plans)) // the backlog and the claims: undone
+      })).pipe(
+        Effect.catchIf((e): e is Rollback<Record<string, PlanNode>> => e instanceof Rollback, (e) => Effect.succeed(e.value))
+      )
       for (const [name, plan] of Object.entries(plans)) {
         const text = `${name}: ${JSON.stringify(plan, null, 1)}`
         const onJobs = nodes(plan).filter((n) => n["Relation Name"] === "__alkstore_jobs" && n["Node Type"].includes("Scan"))
