@@ -6,7 +6,12 @@
  * claim that stays on its indexes keeps the worker's rate flat as the backlog grows; a plan that scans the
  * table makes it fall with every segment.
  *
- *   tsx bench/pg/stream.ts    STREAM_JOBS (default 60000), STREAM_SEGMENT (6000), STREAM_PRODUCERS (2);
+ * With `STREAM_BATCH=n` the worker is a `claimBatch(n)` + `ackAll` loop instead (the batch claim's and
+ * the batch ack's plans: the same exposure).
+ *
+ *   tsx bench/pg/stream.ts    STREAM_JOBS (default 60000), STREAM_SEGMENT (6000), STREAM_PRODUCERS (2),
+ *                             STREAM_BATCH (unset: `process`), STREAM_PAUSE_MS (0: each batch's handling
+ *                             time), STREAM_WARM (1: 20 jobs handled and the table analyzed first);
  *                             ALKSTORE_PG_URL to use a server instead of booting one
  */
 import { SqlClient } from "@effect/sql"
@@ -17,6 +22,11 @@ import { admin, startServer } from "./cluster.js"
 const JOBS = Number(process.env.STREAM_JOBS ?? 60_000)
 const SEGMENT = Number(process.env.STREAM_SEGMENT ?? 6_000)
 const PRODUCERS = Number(process.env.STREAM_PRODUCERS ?? 2)
+const BATCH = process.env.STREAM_BATCH === undefined ? undefined : Number(process.env.STREAM_BATCH)
+// A batch's handling time (a batch worker otherwise keeps the backlog near zero, and the table small).
+const PAUSE_MS = Number(process.env.STREAM_PAUSE_MS ?? 0)
+// First a queue whose worker keeps up: 20 jobs handled, then the table analyzed, as autovacuum leaves it.
+const WARM = process.env.STREAM_WARM === "1"
 
 const server = await startServer()
 const database = `alkstore_stream_${process.pid}`
@@ -26,8 +36,26 @@ try {
     const sql = yield* SqlClient.SqlClient
     const queue = yield* (yield* Queues.Queues).queue("stream")
     const handled = yield* Ref.make(0)
-    const worker = yield* Effect.fork(queue.process("w", () => Ref.update(handled, (n) => n + 1), { concurrency: 1 }))
+    const batches = (n: number) =>
+      Effect.gen(function*() {
+        const handles = yield* queue.claimBatch("w", n)
+        if (handles.length === 0) return yield* Effect.sleep("1 millis")
+        if (PAUSE_MS > 0) yield* Effect.sleep(PAUSE_MS)
+        yield* queue.ackAll(handles)
+        yield* Ref.update(handled, (done) => done + handles.length)
+      }).pipe(Effect.forever)
+    const worker = yield* Effect.fork(
+      BATCH === undefined
+        ? queue.process("w", () => Ref.update(handled, (n) => n + 1), { concurrency: 1 })
+        : batches(BATCH)
+    )
     let sent = 0
+    if (WARM) {
+      for (let n = 0; n < 20; n++) yield* queue.enqueue({ warm: n })
+      while ((yield* Ref.get(handled)) < 20) yield* Effect.sleep("5 millis")
+      yield* sql.unsafe(`ANALYZE alkstore.__alkstore_jobs`)
+      yield* Ref.set(handled, 0)
+    }
     const produce = Effect.gen(function*() {
       while (sent < JOBS) {
         sent++
@@ -56,7 +84,9 @@ try {
   const lines = await Effect.runPromise(
     Effect.scoped(Effect.provide(program, PgStore.layer({ url: Redacted.make(server.urlFor(database)) })))
   )
-  process.stdout.write(`${JOBS} jobs, ${PRODUCERS} producers and one worker in one process, a fresh database ` +
+  process.stdout.write(`${JOBS} jobs, ${PRODUCERS} producers and one worker ` +
+    `${WARM ? "(after 20 jobs handled and an ANALYZE) " : ""}` +
+    `(${BATCH === undefined ? "process" : `claimBatch(${BATCH}) + ackAll`}) in one process, a fresh database ` +
     `(${server.version.split(" on ")[0]}; ${server.origin}).\n\n${lines.join("\n")}\n`)
 } finally {
   await admin(server.adminUrl, [`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`]).catch(() => {})

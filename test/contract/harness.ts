@@ -55,6 +55,7 @@ const sqliteSettings = (settings: TestStoreSettings): SqliteStore.StoreSettings 
     listenHeartbeat: _h,
     listenHeartbeatTimeout: _t,
     listenUrl: _u,
+    planCheckEvery: _p,
     schema: _s,
     ...rest
   } = settings

@@ -4,6 +4,7 @@ import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef, Scope } from "effect"
 import { otherTransactionError } from "../transactionOwner.js"
+import type { SizeClasses } from "./planSize.js"
 
 export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
 export type Row = Record<string, unknown>
@@ -32,6 +33,12 @@ export interface PgExecutor {
   readonly client: SqlClient.SqlClient
   /** Statements (BEGIN and COMMIT included) on their way to the server now. */
   readonly inFlight: () => number
+  /**
+   * The engine tables' size classes now (src/internal/pg/planSize.ts): from
+   * the next call on, each statement is the prepared statement of the
+   * classes of the tables it names.
+   */
+  readonly planFor: (classes: SizeClasses) => void
 }
 
 type Open = readonly [conn: Connection, depth: number]
@@ -64,21 +71,44 @@ const discard = (conn: Connection) => {
  * means two texts), parsed and planned once per pooled connection instead of
  * on every call — for the queue's statements most of their server time (an
  * enqueue's insert: ~0.5 ms of parse and plan against ~0.25 ms to run it).
+ * The name ends with the size class of each engine table the text names, so
+ * that a plan made on a table of a few pages is not run on one of thousands
+ * (planSize.ts).
  * Without parameters, the text as it is (the simple protocol, which also
  * runs multi-statement texts). `prepare: false` (e.g. behind a pooler that
  * cannot keep prepared statements) always sends the text.
  */
 const statementOf = (prepare: boolean) => {
-  const names = new Map<string, string>()
-  return (text: string, params: ReadonlyArray<Param>): string => {
-    if (!prepare || params.length === 0) return text
-    let name = names.get(text)
-    if (name === undefined) {
-      name = `alkstore_${createHash("sha256").update(text).digest("hex").slice(0, 32)}`
-      names.set(text, name)
+  let classes: SizeClasses = []
+  let mentions: ReadonlyArray<readonly [RegExp, number]> = []
+  let names = new Map<string, string>()
+  const nameOf = (text: string) => {
+    let suffix = ""
+    for (const [mention, sizeClass] of mentions) if (mention.test(text)) suffix += `_${sizeClass}`
+    // PostgreSQL cuts names at 63 bytes (two names cut alike would collide): a long suffix is hashed too
+    if (suffix.length > 21) suffix = `_${createHash("sha256").update(suffix).digest("hex").slice(0, 20)}`
+    return `alkstore_${createHash("sha256").update(text).digest("hex").slice(0, 32)}${suffix}`
+  }
+  return {
+    statement: (text: string, params: ReadonlyArray<Param>): string => {
+      if (!prepare || params.length === 0) return text
+      let name = names.get(text)
+      if (name === undefined) {
+        name = nameOf(text)
+        names.set(text, name)
+      }
+      // The driver's `query(config, values)` takes a config object where a text goes (and writes to it).
+      return { name, text } as unknown as string
+    },
+    planFor: (next: SizeClasses) => {
+      if (next.length === classes.length && next.every(([t, c], i) => classes[i]![0] === t && classes[i]![1] === c)) {
+        return
+      }
+      classes = next
+      // `schema.table` as the statements write it (table names are plain identifiers)
+      mentions = next.map(([table, sizeClass]) => [new RegExp(`\\.${table}(?![a-z0-9_])`), sizeClass] as const)
+      names = new Map() // names again on the next call: those of statements on unchanged tables come out the same
     }
-    // The driver's `query(config, values)` takes a config object where a text goes.
-    return { name, text } as unknown as string
   }
 }
 
@@ -88,7 +118,8 @@ export const makeExecutor = (
   options: { readonly prepare?: boolean } = {}
 ): Effect.Effect<PgExecutor, SqlError> =>
   Effect.gen(function*() {
-    const prepared = statementOf(options.prepare ?? true)
+    const statements = statementOf(options.prepare ?? true)
+    const prepared = statements.statement
     const sql = client.withoutTransforms()
     const Class = yield* connectionClass(client)
     const isMine = (conn: Connection) => conn instanceof Class
@@ -222,7 +253,15 @@ export const makeExecutor = (
     const commitHooks = (context: Context.Context<never>) =>
       context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined
 
-    return { all, transaction, openTransaction, commitHooks, client, inFlight: () => inFlight }
+    return {
+      all,
+      transaction,
+      openTransaction,
+      commitHooks,
+      client,
+      inFlight: () => inFlight,
+      planFor: statements.planFor
+    }
   }).pipe(
     Effect.mapError((cause) =>
       cause instanceof SqlError ? cause : new SqlError({ cause, message: "Failed to reach the database" })

@@ -41,7 +41,9 @@ export const queueStatements = (s: string, n: Notifier) => {
    * whole table twice per claim until autovacuum's first ANALYZE. So the
    * claim's write finds its rows by primary key (`claimedRows`), and the
    * promotion reads the partial index of scheduled rows up to the latest due
-   * one (test/pg-claim-plan.test.ts).
+   * one (test/pg-claim-plan.test.ts). A table analyzed while it held a page
+   * or two has no such floor (every read there is a sequential scan): those
+   * plans are made again once it grows (planSize.ts).
    * (Flow control: a queue with limits claims nothing here; `lim.limited`
    * sends it to the flow walk, docs/flow-control.md — one primary-key probe.)
    */

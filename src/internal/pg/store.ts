@@ -23,6 +23,7 @@ import { makeRateLimiterStorage } from "./rateLimiterStorage.js"
 import { makeQueueStorage } from "./queueStorage.js"
 import { makeFlowStorage } from "./flowStorage.js"
 import { makeFlowMemory } from "../flow.js"
+import { followTableSizes } from "./planSize.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 
 /** Engine settings a PostgreSQL store accepts (all optional). */
@@ -66,6 +67,13 @@ export interface StoreSettings {
    * before 1.21): every statement is then parsed and planned on every call.
    */
   readonly prepare?: boolean
+  /**
+   * How often the engine tables' sizes are read, so that the statements'
+   * cached plans are made again once a table they read has doubled or halved
+   * (a plan made while the table held a few pages scans it once it holds
+   * thousands; see docs/engines.md); default 1 s. Not read with `prepare: false`.
+   */
+  readonly planCheckEvery?: import("effect").Duration.DurationInput
 }
 
 export interface ResolvedSettings extends EngineSettings {
@@ -74,6 +82,7 @@ export interface ResolvedSettings extends EngineSettings {
   readonly listenHeartbeatMillis: number
   readonly listenHeartbeatTimeoutMillis: number
   readonly clockResyncMillis: number
+  readonly planCheckMillis: number
 }
 
 const schemaPattern = /^[a-z_][a-z0-9_]{0,47}$/
@@ -108,7 +117,8 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
       fallbackPollMillis: yield* get("fallbackPoll", defaultSettings.fallbackPollMillis),
       listenHeartbeatMillis: yield* get("listenHeartbeat", 5_000),
       listenHeartbeatTimeoutMillis: yield* get("listenHeartbeatTimeout", 2_000),
-      clockResyncMillis: yield* get("clockResync", 60_000)
+      clockResyncMillis: yield* get("clockResync", 60_000),
+      planCheckMillis: yield* get("planCheckEvery", 1_000)
     }
   })
 
@@ -171,6 +181,7 @@ export const buildMechanisms = (
     const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""), { prepare: settings.prepare })
     const { schema } = settings
     yield* migrate(executor, schema)
+    if (settings.prepare) yield* followTableSizes(executor, schema, settings.planCheckMillis)
     const notifier = makeNotifier(schema)
     const wake = makeWakeHub()
     yield* startListener({
