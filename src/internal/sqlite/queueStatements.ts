@@ -43,6 +43,19 @@ export const candidates = (limit: string, lapsed: boolean) =>
   ORDER BY priority DESC, run_at, id LIMIT ${limit}`
 
 /**
+ * A batch claim's write: the candidates joined to the table by primary key.
+ * As `WHERE id IN (candidates)` it is a choice the planner makes from the
+ * statistics, and after an `ANALYZE` that saw the table nearly empty (an
+ * application's, or `PRAGMA optimize` at close with the queue drained) it
+ * chose to scan the whole table and test each row against the list — for
+ * as long as those statistics stood, however large the backlog grew. Joined
+ * in `FROM`, the materialized candidates drive a primary-key search per row
+ * with or without statistics (test/contract/queues-inspection.ts).
+ */
+const batchClaimText = (limit: string, lapsed: boolean) =>
+  `${claimSet} FROM (${candidates(limit, lapsed)}) AS picked WHERE __alkstore_jobs.id = picked.id RETURNING ${claimedColumns}`
+
+/**
  * When a live job counts as expired at `?1` and is swept to dead: its expiry
  * passed and it is not a claim in flight (pending, scheduled, or claimed with
  * a lapsed lease). Maintenance, a keyed insert meeting the key's holder, and
@@ -226,8 +239,8 @@ export const sql = {
   claim: `${claimSet} WHERE id = (${candidates("1", true)}) RETURNING ${claimedColumns}`,
   claimPending: `${claimSet} WHERE id = (${candidates("1", false)}) RETURNING ${claimedColumns}`,
   // A batch inside a transaction (temp_store=MEMORY keeps its statement journal cheap).
-  claimMany: `${claimSet} WHERE id IN (${candidates("?4", true)}) RETURNING ${claimedColumns}`,
-  claimManyPending: `${claimSet} WHERE id IN (${candidates("?4", false)}) RETURNING ${claimedColumns}`,
+  claimMany: batchClaimText("?4", true),
+  claimManyPending: batchClaimText("?4", false),
   anyClaimable: `SELECT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +? AND state = 'pending')
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +? AND state = 'scheduled' AND run_at <= +?)
       OR EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +? AND state = 'claimed' AND claimed_until <= +?) AS any`,
@@ -363,8 +376,8 @@ export const byLiteral = <K, V>(make: (k: K) => V, bounded?: { readonly cap: num
 export const batchClaimSql = byLiteral((wanted: number) => {
   const limit = String(wanted)
   return {
-    lapsed: numbered(`${claimSet} WHERE id IN (${candidates(limit, true)}) RETURNING ${claimedColumns}`),
-    pending: numbered(`${claimSet} WHERE id IN (${candidates(limit, false)}) RETURNING ${claimedColumns}`),
+    lapsed: numbered(batchClaimText(limit, true)),
+    pending: numbered(batchClaimText(limit, false)),
     lapsedCandidates: numbered(sql.lapsedCandidates.replace("LIMIT ?4", `LIMIT ${limit}`))
   }
 }, { cap: 32, otherwise: { lapsed: claimManySql.lapsed, pending: claimManySql.pending, lapsedCandidates: lapsedCandidatesSql } })
