@@ -156,7 +156,7 @@ describe("PgStore", () => {
       }
     }))
 
-  it.effect("statements run as named prepared statements, or as plain text with prepare: false; prepare is validated", () =>
+  it.effect("statements run as named prepared statements, or as plain text with prepare: false; prepare and planCheckEvery are validated", () =>
     Effect.gen(function*() {
       const url = yield* databaseUrl
       // one pooled connection, so the statements just run are that connection's
@@ -184,6 +184,17 @@ describe("PgStore", () => {
       expect(Exit.isFailure(exit)).toBe(true)
       if (Exit.isFailure(exit)) {
         expect(Option.getOrThrow(Cause.failureOption(exit.cause))).toMatchObject({ _tag: "InvalidOptions", field: "prepare" })
+      }
+      // how often the tables' sizes are read for the plans (planSize.ts): a positive duration
+      const badCheck = yield* Effect.exit(
+        Layer.build(PgStore.layer({ url: Redacted.make(url), planCheckEvery: "0 millis" })).pipe(Effect.scoped)
+      )
+      expect(Exit.isFailure(badCheck)).toBe(true)
+      if (Exit.isFailure(badCheck)) {
+        expect(Option.getOrThrow(Cause.failureOption(badCheck.cause))).toMatchObject({
+          _tag: "InvalidOptions",
+          field: "planCheckEvery"
+        })
       }
     }))
 
