@@ -35,6 +35,8 @@ describe("PostgreSQL plans follow the size of the tables they read", () => {
       // before the burst find nothing, so they change nothing: the table's size class stays as it was)
       yield* (yield* queueOf("other")).enqueueBatch(Array.from({ length: 20 }, (_, n) => ({ n })))
       yield* db.unsafe(`ANALYZE ${schema}.__alkstore_jobs`)
+      // an application's own table in the schema, with a name that is no plain identifier: not followed
+      yield* db.unsafe(`CREATE TABLE ${schema}."app (table" (x int)`)
       const now = Date.now()
       const ids = Array.from({ length: 100 }, (_, i) => 20_000 + i).join(",")
       const checked: Record<string, readonly [string, string]> = {

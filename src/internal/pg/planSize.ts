@@ -37,15 +37,21 @@ export const sizeClassOf = (pages: number): number =>
 /** Each engine table's size class (by its unqualified name), in name order. */
 export type SizeClasses = ReadonlyArray<readonly [table: string, sizeClass: number]>
 
+// The engine's own tables (an application may add tables of its own to the schema).
+const engineTable = /^__alkstore_[a-z0-9_]+$/
+
 /** The engine's tables' heaps in pages (the planner's own measure of a table's size), as size classes. */
 export const tableSizeClasses = (db: PgExecutor, schema: string): Effect.Effect<SizeClasses, SqlError> =>
   Effect.map(
     db.all<{ name: string; pages: number }>(
-      `SELECT c.relname AS name, (pg_relation_size(c.oid) / current_setting('block_size')::int)::int AS pages
+      `SELECT c.relname AS name, (pg_relation_size(c.oid) / current_setting('block_size')::int)::float8 AS pages
         FROM pg_class AS c WHERE c.relnamespace = '${schema}'::regnamespace AND c.relkind = 'r' ORDER BY c.relname`,
       []
     ),
-    (rows) => rows.map((r) => [String(r.name), sizeClassOf(Number(r.pages))] as const)
+    (rows) =>
+      rows
+        .filter((r) => engineTable.test(String(r.name)))
+        .map((r) => [String(r.name), sizeClassOf(Number(r.pages))] as const)
   )
 
 // The tables grow in real time, whatever Clock the store's callers use (TestClock included).
@@ -54,7 +60,8 @@ const realClock = Clock.make()
 /**
  * Reads the size classes now (a failure is the layer's), then every
  * `everyMillis` of real time in a fiber of the scope (a failure is logged
- * and the next check tries again), telling `db` each time.
+ * and the next check tries again), telling `db` each time. Only the
+ * engine's own tables are followed.
  */
 export const followTableSizes = (
   db: PgExecutor,
@@ -63,7 +70,8 @@ export const followTableSizes = (
 ): Effect.Effect<void, SqlError, Scope.Scope> => {
   const check = Effect.map(tableSizeClasses(db, schema), db.planFor)
   const checks = check.pipe(
-    Effect.catchAll((error) => Effect.logDebug("alkstore: reading the engine tables' sizes failed", error)),
+    // whatever failed (the server, or a defect), the next check tries again: the fiber never ends early
+    Effect.catchAllCause((cause) => Effect.logDebug("alkstore: reading the engine tables' sizes failed", cause)),
     Effect.repeat(Schedule.spaced(Duration.millis(everyMillis))),
     Effect.delay(Duration.millis(everyMillis))
   )
