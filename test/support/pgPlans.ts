@@ -1,5 +1,6 @@
 /** Reading PostgreSQL's `EXPLAIN (ANALYZE, FORMAT JSON)` in tests of the engine's plans. */
 import type { SqlClient } from "@effect/sql"
+import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 
 export interface PlanNode {
@@ -36,3 +37,14 @@ export const rolledBack = <A, E, R>(db: SqlClient.SqlClient, effect: Effect.Effe
   db.withTransaction(Effect.flatMap(effect, (value) => Effect.fail(new Rollback(value)))).pipe(
     Effect.catchIf((e): e is Rollback<A> => e instanceof Rollback, (e) => Effect.succeed(e.value))
   )
+
+/** The jobs table is read, by index only, no scan visiting more than `maxVisited` rows (`label` names the plan). */
+export const expectIndexScansOnly = (label: string, plan: PlanNode, maxVisited: number) => {
+  const text = `${label}: ${JSON.stringify(plan, null, 1)}`
+  const onJobs = jobsScans(plan)
+  expect(onJobs.length, text).toBeGreaterThan(0)
+  for (const node of onJobs) {
+    expect(node["Node Type"], text).not.toBe("Seq Scan")
+    expect((node["Actual Rows"] ?? 0) * (node["Actual Loops"] ?? 1), text).toBeLessThanOrEqual(maxVisited)
+  }
+}

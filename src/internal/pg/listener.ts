@@ -1,5 +1,6 @@
 import { SqlError } from "@effect/sql/SqlError"
 import { Clock, Deferred, Duration, Effect, Exit, Schedule } from "effect"
+import { realClock } from "../realClock.js"
 import Pg from "pg"
 import type { WakeHub } from "../wake.js"
 import { everything } from "./notify.js"
@@ -14,9 +15,6 @@ export interface ListenerOptions {
   /** ... and a connection whose heartbeat takes longer than this is dead (a half-open TCP connection). */
   readonly heartbeatTimeoutMillis: number
 }
-
-/** The listener's timers run on real time, whatever Clock the store's callers use (TestClock included). */
-const realClock = Clock.make()
 
 /**
  * When the LISTEN connection cannot be made, the next attempts follow this:

@@ -1,5 +1,6 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Duration, Effect, Schedule, type Scope } from "effect"
+import { Duration, Effect, Schedule, type Scope } from "effect"
+import { realClock } from "../realClock.js"
 import type { PgExecutor } from "./executor.js"
 
 /**
@@ -53,9 +54,6 @@ export const tableSizeClasses = (db: PgExecutor, schema: string): Effect.Effect<
         .filter((r) => engineTable.test(String(r.name)))
         .map((r) => [String(r.name), sizeClassOf(Number(r.pages))] as const)
   )
-
-// The tables grow in real time, whatever Clock the store's callers use (TestClock included).
-const realClock = Clock.make()
 
 /**
  * Reads the size classes now (a failure is the layer's), then every

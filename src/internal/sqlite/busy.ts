@@ -1,5 +1,6 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, Duration, Effect, Schedule } from "effect"
+import { Duration, Effect, Schedule } from "effect"
+import { realClock } from "../realClock.js"
 
 /** SQLite's "another connection holds the lock" family: worth waiting out. */
 export const isBusy = (error: unknown): boolean => {
@@ -7,8 +8,6 @@ export const isBusy = (error: unknown): boolean => {
   const code = (cause as { code?: unknown } | null | undefined)?.code
   return typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))
 }
-
-const liveClock = Clock.make()
 
 /**
  * Retries `SQLITE_BUSY` on an Effect schedule instead of a long `busy_timeout`,
@@ -27,6 +26,6 @@ export const retryBusy = (patience: Duration.DurationInput) => {
     Effect.catchIf(effect, isBusy, () =>
       effect.pipe(
         Effect.retry({ schedule, while: isBusy }),
-        Effect.withClock(liveClock)
+        Effect.withClock(realClock)
       ))
 }
