@@ -189,7 +189,8 @@ for (const engine of engines) {
         if (o.priority !== undefined) expect(job.priority).toBe(o.priority)
         if (o.maxAttempts !== undefined) expect(job.maxAttempts).toBe(o.maxAttempts)
         if (typeof o.delay === "number") {
-          expect(DateTime.toEpochMillis(job.runAt) - DateTime.toEpochMillis(job.createdAt)).toBe(o.delay)
+          // `+ 0`: a delay of -0 is one of 0, and the difference of two instants is never -0 (toBe tells them apart)
+          expect(DateTime.toEpochMillis(job.runAt) - DateTime.toEpochMillis(job.createdAt)).toBe(o.delay + 0)
         }
       } else {
         expect(result.tag).toBe("InvalidOptions")
