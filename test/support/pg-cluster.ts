@@ -26,7 +26,8 @@ const findBin = (): string => {
   )
 }
 
-const freePort = () =>
+/** A loopback TCP port nothing listens on now. */
+export const freePort = () =>
   new Promise<number>((resolve, reject) => {
     const server = net.createServer()
     server.once("error", reject)
@@ -36,7 +37,7 @@ const freePort = () =>
     })
   })
 
-const isRoot = typeof process.getuid === "function" && process.getuid() === 0
+export const isRoot = typeof process.getuid === "function" && process.getuid() === 0
 
 /** Runs a server binary, as `postgres` when we are root. */
 const run = (bin: string, args: ReadonlyArray<string>) => {
@@ -120,7 +121,7 @@ export const startCluster = async (options: { readonly durableCommits?: boolean 
   }
 }
 
-const userIds = (name: string) => {
+export const userIds = (name: string) => {
   const line = fs.readFileSync("/etc/passwd", "utf8").split("\n").find((l) => l.startsWith(`${name}:`))
   if (line === undefined) throw new Error(`PostgreSQL tests run as root need a '${name}' user (Debian's postgresql package creates it)`)
   const [, , uid, gid] = line.split(":")

@@ -1,10 +1,10 @@
-import { createHash } from "node:crypto"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef, Scope } from "effect"
 import { otherTransactionError } from "../transactionOwner.js"
 import type { SizeClasses } from "./planSize.js"
+import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
 
 export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
 export type Row = Record<string, unknown>
@@ -39,6 +39,8 @@ export interface PgExecutor {
    * classes of the tables it names.
    */
   readonly planFor: (classes: SizeClasses) => void
+  /** Whether statements still run as named prepared statements (preparedStatements.ts). */
+  readonly prepared: () => boolean
 }
 
 type Open = readonly [conn: Connection, depth: number]
@@ -65,61 +67,13 @@ const discard = (conn: Connection) => {
   }
 }
 
-/**
- * The statement the `pg` driver is given for `text`: with parameters, a
- * named prepared statement (its name the text's hash, so one name never
- * means two texts), parsed and planned once per pooled connection instead of
- * on every call — for the queue's statements most of their server time (an
- * enqueue's insert: ~0.5 ms of parse and plan against ~0.25 ms to run it).
- * The name ends with the size class of each engine table the text names, so
- * that a plan made on a table of a few pages is not run on one of thousands
- * (planSize.ts).
- * Without parameters, the text as it is (the simple protocol, which also
- * runs multi-statement texts). `prepare: false` (e.g. behind a pooler that
- * cannot keep prepared statements) always sends the text.
- */
-const statementOf = (prepare: boolean) => {
-  let classes: SizeClasses = []
-  let mentions: ReadonlyArray<readonly [RegExp, number]> = []
-  let names = new Map<string, string>()
-  const nameOf = (text: string) => {
-    let suffix = ""
-    for (const [mention, sizeClass] of mentions) if (mention.test(text)) suffix += `_${sizeClass}`
-    // PostgreSQL cuts names at 63 bytes (two names cut alike would collide): a long suffix is hashed too
-    if (suffix.length > 21) suffix = `_${createHash("sha256").update(suffix).digest("hex").slice(0, 20)}`
-    return `alkstore_${createHash("sha256").update(text).digest("hex").slice(0, 32)}${suffix}`
-  }
-  return {
-    statement: (text: string, params: ReadonlyArray<Param>): string => {
-      if (!prepare || params.length === 0) return text
-      let name = names.get(text)
-      if (name === undefined) {
-        name = nameOf(text)
-        names.set(text, name)
-      }
-      // The driver's `query(config, values)` takes a config object where a text goes (and writes to it).
-      return { name, text } as unknown as string
-    },
-    planFor: (next: SizeClasses) => {
-      if (next.length === classes.length && next.every(([t, c], i) => classes[i]![0] === t && classes[i]![1] === c)) {
-        return
-      }
-      classes = next
-      // `schema.table` as the statements write it (table names are plain identifiers)
-      mentions = next.map(([table, sizeClass]) => [new RegExp(`\\.${table}(?![a-z0-9_])`), sizeClass] as const)
-      names = new Map() // names again on the next call: those of statements on unchanged tables come out the same
-    }
-  }
-}
-
 export const makeExecutor = (
   client: SqlClient.SqlClient,
   storeId: string,
   options: { readonly prepare?: boolean } = {}
 ): Effect.Effect<PgExecutor, SqlError> =>
   Effect.gen(function*() {
-    const statements = statementOf(options.prepare ?? true)
-    const prepared = statements.statement
+    const statements = makeStatements(options.prepare ?? true)
     const sql = client.withoutTransforms()
     const Class = yield* connectionClass(client)
     const isMine = (conn: Connection) => conn instanceof Class
@@ -146,24 +100,45 @@ export const makeExecutor = (
       }
     })()
 
+    // A named statement the connection's server session did not keep was not run: from now on the
+    // store's statements are unprepared, and outside a transaction this one runs again so (see
+    // preparedStatements.ts); inside one the transaction is aborted and its caller meets the SqlError.
+    const unprepare = (error: SqlError) =>
+      statements.unprepare()
+        ? Effect.logWarning(
+          "alkstore: the PostgreSQL session behind a pooled connection did not keep the store's prepared " +
+            "statements (a pooler in transaction mode, or DEALLOCATE / DISCARD ALL on a shared connection): " +
+            "the store runs its statements unprepared from now on; set prepare: false to start that way",
+          error
+        )
+        : Effect.void
+    const run = <A>(
+      conn: Connection,
+      text: string,
+      params: ReadonlyArray<Param>,
+      again: boolean
+    ): Effect.Effect<ReadonlyArray<A>, SqlError> => {
+      const statement = statements.statement(text, params)
+      const attempt = counted(conn.execute(statement, params as Array<Param>, undefined)) as Effect.Effect<
+        ReadonlyArray<A>,
+        SqlError
+      >
+      if (statement === text) return attempt
+      return Effect.catchIf(attempt, lostPreparedStatement, (error) =>
+        Effect.zipRight(
+          unprepare(error),
+          again ? run<A>(conn, text, params, false) : Effect.fail(error)
+        ))
+    }
+
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = getOpen(fiber.currentContext)
-        if (open !== undefined && isMine(open[0])) {
-          return counted(open[0].execute(prepared(text, params), params as Array<Param>, undefined)) as Effect.Effect<
-            ReadonlyArray<A>,
-            SqlError
-          >
-        }
+        if (open !== undefined && isMine(open[0])) return run<A>(open[0], text, params, false)
         // Another client's transaction: neither joinable (another database) nor to be quietly
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
-        if (onPool !== undefined) {
-          return counted(onPool.execute(prepared(text, params), params as Array<Param>, undefined)) as Effect.Effect<
-            ReadonlyArray<A>,
-            SqlError
-          >
-        }
+        if (onPool !== undefined) return run<A>(onPool, text, params, true)
         const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
           ReadonlyArray<A>,
           SqlError
@@ -260,7 +235,8 @@ export const makeExecutor = (
       commitHooks,
       client,
       inFlight: () => inFlight,
-      planFor: statements.planFor
+      planFor: statements.planFor,
+      prepared: statements.prepared
     }
   }).pipe(
     Effect.mapError((cause) =>

@@ -64,6 +64,10 @@ const destroy = (client: Pg.Client) =>
  * in between would go unannounced: once the LISTEN is in, every topic's
  * waiter is woken to read again — the reconnect's rule.
  *
+ * The heartbeat reads the connection's server session (`pg_backend_pid()`):
+ * one that moved is a pooler in transaction mode, which cannot deliver the
+ * notifications, and is said once (`listenUrl` is the remedy).
+ *
  * The first connection is made before this returns (a failure is the
  * store's start-up `SqlError`); the rest runs in a fiber of the scope.
  */
@@ -88,6 +92,27 @@ export const startListener = (options: ListenerOptions) =>
       }
     }
     const listenStatement = `LISTEN ${Pg.escapeIdentifier(channel)}`
+
+    // The server session each connection's statements ran in when it connected. A heartbeat that runs
+    // in another is a pooler in transaction mode handing the connection's statements to whichever
+    // server connection is free: the LISTEN holds in a session nobody watches, and its notifications
+    // reach another client or nobody (waiters wake at their fallback poll). Nothing here can mend
+    // that; it is said once, with the setting that does.
+    const sessionQuery = "SELECT pg_backend_pid() AS pid"
+    const sessions = new WeakMap<Pg.Client, number>()
+    let warned = false
+    const sharedSession = (client: Pg.Client, pid: number) =>
+      warned || sessions.get(client) === pid
+        ? Effect.void
+        : Effect.suspend(() => {
+          warned = true
+          return Effect.logWarning(
+            `alkstore: the LISTEN connection's statements ran in server sessions ${sessions.get(client)} and ${pid}: ` +
+              "behind a pooler in transaction mode its notifications reach another client or none, and waiters " +
+              "wake at their fallback poll; " +
+              "point listenUrl at the server (or a session-mode pool)"
+          )
+        })
 
     // Whether anybody in this process has waited yet; the connections that have LISTENed.
     let wanted = false
@@ -120,7 +145,9 @@ export const startListener = (options: ListenerOptions) =>
       client.on("error", () => {}) // reported through `broken` below
       let settled = false
       client.connect()
-        .then(() => {
+        .then(() => client.query<{ pid: number }>(sessionQuery))
+        .then((result) => {
+          sessions.set(client, result.rows[0]!.pid)
           client.on("notification", onNotification)
           if (!wanted) return
           listened.add(client)
@@ -156,9 +183,10 @@ export const startListener = (options: ListenerOptions) =>
         live = client
         listenLate(client) // somebody began waiting while it connected
         const heartbeat = Effect.tryPromise({
-          try: () => client.query("SELECT 1"),
+          try: () => client.query<{ pid: number }>(sessionQuery),
           catch: (cause) => new SqlError({ cause, message: "LISTEN heartbeat failed" })
         }).pipe(
+          Effect.tap((result) => sharedSession(client, result.rows[0]!.pid)),
           Effect.timeoutFail({
             duration: Duration.millis(heartbeatTimeoutMillis),
             onTimeout: () => new SqlError({ cause: new Error("timeout"), message: "LISTEN heartbeat timed out (half-open connection?)" })

@@ -67,7 +67,8 @@ export const followTableSizes = (
   everyMillis: number
 ): Effect.Effect<void, SqlError, Scope.Scope> => {
   const check = Effect.map(tableSizeClasses(db, schema), db.planFor)
-  const checks = check.pipe(
+  // statements that went unprepared (preparedStatements.ts) are planned on every call: nothing to follow
+  const checks = Effect.suspend(() => db.prepared() ? check : Effect.void).pipe(
     // whatever failed (the server, or a defect), the next check tries again: the fiber never ends early
     Effect.catchAllCause((cause) => Effect.logDebug("alkstore: reading the engine tables' sizes failed", cause)),
     Effect.repeat(Schedule.spaced(Duration.millis(everyMillis))),

@@ -43,7 +43,9 @@ export interface StoreSettings {
   /**
    * Where the LISTEN connection connects, when not where the client does
    * (e.g. the server itself while the pool goes through PgBouncer in
-   * transaction mode, which cannot LISTEN).
+   * transaction mode, which cannot LISTEN). The LISTEN connection's
+   * heartbeat warns once when its statements run in more than one server
+   * session.
    */
   readonly listenUrl?: string | Redacted.Redacted
   /** How often the LISTEN connection is checked with a heartbeat; default 5 s. */
@@ -65,6 +67,9 @@ export interface StoreSettings {
    * and planned once per pooled connection (default `true`). Set `false`
    * behind a pooler that cannot keep them (PgBouncer in transaction mode
    * before 1.21): every statement is then parsed and planned on every call.
+   * Left `true` there, the first statement a server session refuses as one
+   * it does not have turns the store's statements unprepared from then on,
+   * with one warning (docs/engines.md, "Behind a connection pooler").
    */
   readonly prepare?: boolean
   /**
