@@ -277,9 +277,13 @@ export interface ScheduleStorage {
   /** Upsert by name; the same spec keeps `next_fire_at`, a new one restarts it at `now + interval`. */
   readonly upsert: (schedule: NewSchedule, now: number) => Effect.Effect<ScheduleRow, SqlError>
   readonly remove: (name: string) => Effect.Effect<boolean, SqlError>
-  /** Due schedules, locked for this transaction where the engine has row locks. */
-  readonly due: (now: number) => Effect.Effect<ReadonlyArray<ScheduleRow>, SqlError>
-  readonly advance: (name: string, nextFireAt: number) => Effect.Effect<void, SqlError>
+  /**
+   * At most `limit` due schedules, the soonest first, locked for this
+   * transaction where the engine has row locks.
+   */
+  readonly due: (now: number, limit: number) => Effect.Effect<ReadonlyArray<ScheduleRow>, SqlError>
+  /** Sets each named schedule's `next_fire_at`, in one statement where the engine can. */
+  readonly advance: (moves: ReadonlyArray<readonly [name: string, nextFireAt: number]>) => Effect.Effect<void, SqlError>
   readonly nextFireAt: Effect.Effect<Option.Option<number>, SqlError>
 }
 

@@ -33,10 +33,19 @@ export const toSchedule = (row: ScheduleRow): S.Schedule => ({
 })
 
 /**
+ * Due schedules one tick handles, the soonest first; more due ones are the
+ * next tick's, at once (the soonest boundary is then already past). A tick's
+ * transaction and the jobs it writes stay bounded (at most 64 fires each)
+ * however many schedules fall due together, as they do after an outage.
+ */
+export const schedulesPerTick = 1_000
+
+/**
  * One tick, in one write transaction: re-check the lease (fencing), then for
- * every due schedule enqueue one job per elapsed boundary (the oldest 64),
- * stamped with the contract defaults and the schedule's options, and advance.
- * Returns the soonest next boundary, or `undefined` when the lease is gone.
+ * each due schedule (up to `schedulesPerTick`) enqueue one job per elapsed
+ * boundary (the oldest 64), stamped with the contract defaults and the
+ * schedule's options, and advance it. Returns the soonest next boundary, or
+ * `undefined` when the lease is gone.
  */
 const tick = (engine: EngineShape, owner: string, token: number) =>
   traced("alkstore.scheduler.tick", () => ({ [attr.owner]: owner, [attr.token]: token }), engine.transaction(Effect.gen(function*() {
@@ -45,9 +54,11 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
     // The fired jobs link back to this tick's span (when traced), as an enqueue's do to its caller's.
     const traceContext = traceparentOf(yield* Effect.context<never>())
     const fired = new Map<string, number>()
-    for (const schedule of yield* engine.schedules.due(now)) {
+    const jobs: Array<NewJob> = []
+    const moves: Array<readonly [string, number]> = []
+    for (const schedule of yield* engine.schedules.due(now, schedulesPerTick)) {
       const { boundaries, next } = dueBoundaries(schedule.next_fire_at, schedule.interval_ms, now)
-      const jobs = boundaries.map((boundary): NewJob => ({
+      for (const boundary of boundaries) jobs.push({
         queue: schedule.queue,
         payload: schedule.payload,
         createdAt: now,
@@ -60,13 +71,16 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
         key: undefined,
         traceContext,
         group: schedule.group_key
-      }))
-      if (jobs.length > 0) yield* engine.queues.insert(jobs)
+      })
       // The row's own name (and target queue) as read back: safe only because every name is
       // well-formed UTF-16 (checked at `schedule`), so it is the very string that was written.
-      yield* engine.schedules.advance(schedule.name, next)
-      fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + jobs.length)
+      moves.push([schedule.name, next])
+      fired.set(schedule.queue, (fired.get(schedule.queue) ?? 0) + boundaries.length)
     }
+    // The whole page's fires in one batch and its advances in one call: a statement per schedule
+    // made a tick of 10 000 due schedules one transaction of 20 000 round trips on PostgreSQL.
+    if (jobs.length > 0) yield* engine.queues.insert(jobs)
+    yield* engine.schedules.advance(moves)
     for (const [queue, count] of fired) yield* signalOnCommit(engine, queue, count)
     // Counted once the tick's transaction is written (a rolled-back tick fired nothing).
     return { now, next: yield* engine.schedules.nextFireAt, fired }

@@ -8,7 +8,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Duration, Effect, Exit, Fiber, Option, TestClock } from "effect"
 import { Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
+import { schedulesPerTick } from "../../src/internal/scheduler.js"
 import { settle, advance } from "./support.js"
+import { collectingTracer } from "./telemetry.js"
 
 const second = 1_000
 const minute = 60 * second
@@ -346,6 +348,37 @@ export const schedulerContract = (engine: EngineUnderTest) =>
           expect(after[64]).toBe(201 * hour)
           yield* Fiber.interrupt(runner)
         }).pipe(Effect.provide(engine.store(unhurried))))
+
+      it.effect("schedules due together fire in ticks of at most schedulesPerTick, the soonest first; every boundary once", () => {
+        const { tracer, named } = collectingTracer()
+        const extra = 200
+        return Effect.gen(function*() {
+          const scheduler = yield* Scheduler.Scheduler
+          const sql = yield* SqlClient.SqlClient
+          // registered together, due together (as after an outage); two boundaries each
+          for (let i = 0; i < schedulesPerTick + extra; i++) {
+            yield* scheduler.schedule(`tenant-${String(i).padStart(5, "0")}`, "@every 1m", "tenants", { i })
+          }
+          yield* advance("2 minutes")
+          const runner = yield* Effect.fork(scheduler.runSchedules)
+          yield* settle
+          // one transaction per page of schedules: the whole backlog at once was one unbounded transaction
+          const ticks = named("alkstore.scheduler.tick").map((span) => span.attributes.get("alkstore.fired"))
+          expect(ticks.filter((fired) => fired !== 0)).toEqual([2 * schedulesPerTick, 2 * extra])
+          const rows = yield* sql<{ payload: unknown; run_at: number }>`SELECT payload, run_at FROM __alkstore_jobs
+            WHERE queue = ${"tenants"} ORDER BY id`
+          const fires = rows.map((row) => {
+            const payload = typeof row.payload === "string" ? JSON.parse(row.payload) : row.payload
+            return `${(payload as { i: number }).i}@${Number(row.run_at)}`
+          })
+          expect(new Set(fires).size).toBe(2 * (schedulesPerTick + extra))
+          // the first tick's fires are the first schedules by (next fire, name)
+          expect(rows.slice(0, 2 * schedulesPerTick).every((_, k) => Number(fires[k]!.split("@")[0]) < schedulesPerTick))
+            .toBe(true)
+          expect(yield* nextFireAtOf(`tenant-${String(schedulesPerTick + extra - 1).padStart(5, "0")}`)).toBe(3 * minute)
+          yield* Fiber.interrupt(runner)
+        }).pipe(Effect.withTracer(tracer), Effect.provide(engine.store(unhurried)))
+      })
 
       it.effect("a small backlog fires every missed boundary; exactly 64 is not skipped", () =>
         Effect.gen(function*() {

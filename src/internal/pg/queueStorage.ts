@@ -116,12 +116,16 @@ export const makeQueueStorage = (
     if (jobs.some((job) => job.key !== undefined)) return db.transaction(Effect.forEach(jobs, insertKeyed))
     if (jobs.every((job) => sharesAllButPayload(jobs[0]!, job))) return insertShared(jobs)
     // One queue per statement's notification; a batch of several queues (the scheduler's tick) groups them.
-    const queues = [...new Set(jobs.map((job) => job.queue))]
-    if (queues.length === 1) return insertMany(jobs)
+    const byQueue = new Map<string, Array<NewJob>>()
+    for (const job of jobs) {
+      const group = byQueue.get(job.queue)
+      if (group === undefined) byQueue.set(job.queue, [job])
+      else group.push(job)
+    }
+    if (byQueue.size === 1) return insertMany(jobs)
     return db.transaction(Effect.gen(function*() {
       const byId = new Map<NewJob, number>()
-      for (const queue of queues) {
-        const group = jobs.filter((job) => job.queue === queue)
+      for (const group of byQueue.values()) {
         const groupIds = yield* insertMany(group)
         group.forEach((job, i) => byId.set(job, groupIds[i]!))
       }

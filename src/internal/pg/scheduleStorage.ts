@@ -35,8 +35,10 @@ const statements = (s: string, n: Notifier) => {
     remove: `WITH w AS (DELETE FROM ${tasks} WHERE name = $1 RETURNING name, $3::text AS topic)
       SELECT w.name, ${n.tail(2)} FROM w`,
     due: `SELECT ${scheduleColumns} FROM ${tasks} WHERE next_fire_at <= $1::bigint ORDER BY next_fire_at, name
-      FOR UPDATE`,
-    advance: `UPDATE ${tasks} SET next_fire_at = $1::bigint WHERE name = $2`,
+      LIMIT $2::bigint FOR UPDATE`,
+    // every due schedule of the tick in one round trip (one per schedule made a tick of 10 000 take seconds)
+    advance: `UPDATE ${tasks} AS t SET next_fire_at = m.next
+      FROM unnest($1::text[], $2::bigint[]) AS m(name, next) WHERE t.name = m.name`,
     next: `SELECT min(next_fire_at) AS at FROM ${tasks}`
   } as const
 }
@@ -59,8 +61,11 @@ export const makeScheduleStorage = (db: PgExecutor, schema: string, notifier: No
       ),
     remove: (name) =>
       Effect.map(db.all(sql.remove, [name, ...notifier.params, registrationsTopic]), (rows) => rows.length > 0),
-    due: (now) => decoded(db.all(sql.due, [now]), toScheduleRow),
-    advance: (name, nextFireAt) => Effect.asVoid(db.all(sql.advance, [nextFireAt, name])),
+    due: (now, limit) => decoded(db.all(sql.due, [now, limit]), toScheduleRow),
+    advance: (moves) =>
+      moves.length === 0
+        ? Effect.void
+        : Effect.asVoid(db.all(sql.advance, [moves.map(([name]) => name), moves.map(([, next]) => next)])),
     nextFireAt: Effect.map(
       decoded(db.all(sql.next, []), (row) => intOrNull(row.at, "at")),
       (rows) => Option.fromNullable(rows[0] ?? null)

@@ -26,7 +26,7 @@ const sql = {
       updated_at = excluded.updated_at
     RETURNING *`,
   remove: `DELETE FROM __alkstore_scheduler_tasks WHERE name = ? RETURNING name`,
-  due: `SELECT * FROM __alkstore_scheduler_tasks WHERE next_fire_at <= ? ORDER BY next_fire_at, name`,
+  due: `SELECT * FROM __alkstore_scheduler_tasks WHERE next_fire_at <= ? ORDER BY next_fire_at, name LIMIT ?`,
   advance: `UPDATE __alkstore_scheduler_tasks SET next_fire_at = ? WHERE name = ?`,
   next: `SELECT min(next_fire_at) AS at FROM __alkstore_scheduler_tasks`
 } as const
@@ -38,7 +38,8 @@ export const makeScheduleStorage = (db: Executor): ScheduleStorage => ({
       (rows) => rows[0]!
     ),
   remove: (name) => Effect.map(db.all(sql.remove, [name]), (rows) => rows.length > 0),
-  due: (now) => db.all<ScheduleRow>(sql.due, [now]),
-  advance: (name, nextFireAt) => Effect.asVoid(db.all(sql.advance, [nextFireAt, name])),
+  due: (now, limit) => db.all<ScheduleRow>(sql.due, [now, limit]),
+  // one statement per row: each is a few microseconds on the store's own connection
+  advance: (moves) => Effect.forEach(moves, ([name, next]) => db.all(sql.advance, [next, name]), { discard: true }),
   nextFireAt: Effect.map(db.all<{ at: number | null }>(sql.next, []), (rows) => Option.fromNullable(rows[0]?.at))
 })
