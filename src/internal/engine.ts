@@ -86,6 +86,13 @@ export interface MaintenanceRow {
   readonly expiredByQueue: ReadonlyArray<{ readonly queue: string; readonly count: number }>
 }
 
+/** `expiredByQueue` of the rows a round swept, each naming its queue. */
+export const countByQueue = (rows: ReadonlyArray<{ readonly queue: string }>): MaintenanceRow["expiredByQueue"] => {
+  const counts = new Map<string, number>()
+  for (const { queue } of rows) counts.set(queue, (counts.get(queue) ?? 0) + 1)
+  return Array.from(counts, ([queue, count]) => ({ queue, count }))
+}
+
 export interface StatsRow {
   readonly pending: number
   readonly scheduled: number
@@ -160,9 +167,17 @@ export interface QueueStorage {
   readonly dead: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
   readonly requeueDead: (queue: string, id: number, now: number) => Effect.Effect<boolean, SqlError>
   readonly purgeDead: (queue: string, diedBefore: number | undefined) => Effect.Effect<number, SqlError>
+  /** The `limit` of this engine's maintenance rounds (src/internal/queues.ts, `runMaintenance`). */
+  readonly maintenanceRows: number
+  /**
+   * One bounded round: at most `limit` expired jobs swept to dead and at most
+   * `limit` dead jobs that died before `purgeDiedBefore` deleted, in one
+   * transaction.
+   */
   readonly maintenance: (
     now: number,
-    purgeDiedBefore: number
+    purgeDiedBefore: number,
+    limit: number
   ) => Effect.Effect<MaintenanceRow, SqlError>
 }
 

@@ -7,7 +7,9 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Option, TestClock } from "effect"
 import { Queues } from "../../src/index.js"
-import { claimStatements } from "../../src/internal/sqlite/queueStatements.js"
+import { maintenanceRows as pgMaintenanceRows } from "../../src/internal/pg/queueStorage.js"
+import { claimStatements, expireSomeSql, sql as queueSql } from "../../src/internal/sqlite/queueStatements.js"
+import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sqlite/queueStorage.js"
 import type { EngineUnderTest } from "./harness.js"
 import {
   claimsNothing,
@@ -18,6 +20,7 @@ import {
   optionalMs,
   queueOf,
   type StoreServices, advance } from "./support.js"
+import { collectingTracer } from "./telemetry.js"
 
 const day = 24 * 3_600_000
 
@@ -283,6 +286,36 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           const second = yield* q.enqueue(2, { key: "k" })
           expect(second).not.toBe(first)
         })))
+
+      it.effect("a backlog is worked through in rounds of at most the engine's maintenanceRows, the event loop running between them", () => {
+        const { tracer, one } = collectingTracer()
+        const limit = engine.capabilities.postgres ? pgMaintenanceRows : sqliteMaintenanceRows
+        return run(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const queues = yield* Queues.Queues
+          const q = yield* queueOf("backlog")
+          for (let i = 0; i < 10; i++) yield* q.enqueue({ i }, { expires: "1 minute" })
+          // one more than a round of jobs that died on day 0, written as an outage leaves them
+          const payload = engine.capabilities.postgres ? `'{}'::json` : `'{}'`
+          yield* sql.unsafe(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${limit + 1})
+            INSERT INTO __alkstore_jobs (queue, payload, state, priority, run_at, attempts, max_attempts,
+              visibility_timeout, backoff_base, created_at, last_error, died_at)
+            SELECT 'backlog', ${payload}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`)
+          yield* advance(8 * day)
+          // turns of the event loop while maintenance runs (a SQLite round blocks it)
+          let turns = 0
+          let turn = setImmediate(function next() {
+            turns++
+            turn = setImmediate(next)
+          })
+          const result = yield* Effect.ensuring(queues.maintenance, Effect.sync(() => clearImmediate(turn)))
+          expect(result).toEqual({ expired: 10, purged: limit + 1 })
+          expect(turns).toBeGreaterThan(0)
+          // the ten swept in the first round with a full round of the purge, the last dead job in the second
+          expect(one("alkstore.queue.maintenance").attributes.get("alkstore.rounds")).toBe(2)
+          expect(yield* q.stats).toMatchObject({ dead: 10, pending: 0 })
+        })).pipe(Effect.withTracer(tracer))
+      })
     })
 
     // SQLite's EXPLAIN QUERY PLAN; the PostgreSQL claim has its own EXPLAIN test (test/pg-claim-plan.test.ts).
@@ -322,7 +355,15 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
         expect(scheduled.join("\n")).toContain("__alkstore_jobs_scheduled")
         expect(scheduled.join("\n")).toContain("__alkstore_jobs_claimed")
         expect(promote.join("\n")).toContain("__alkstore_jobs_scheduled")
-        for (const line of [...scheduled, ...promote].filter((line) => /__alkstore_jobs(?!_)/.test(line))) {
+        // maintenance's rounds: the sweep joins its picked ids, the purge reads the dead index, then deletes by id
+        const expire = yield* plan(expireSomeSql.text, expireSomeSql.bind([now, 100]))
+        const deadBefore = yield* plan(queueSql.deadBefore, [now, 100])
+        const deleteJob = yield* plan(queueSql.deleteJob, [1])
+        expect(expire.join("\n")).toContain("__alkstore_jobs_expiry")
+        expect(deadBefore.join("\n")).toContain("__alkstore_jobs_dead")
+        for (
+          const line of [...scheduled, ...promote, ...expire, ...deleteJob].filter((line) => /__alkstore_jobs(?!_)/.test(line))
+        ) {
           expect(line).toMatch(/^SEARCH __alkstore_jobs USING /)
         }
       })

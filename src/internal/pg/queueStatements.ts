@@ -205,9 +205,17 @@ export const queueStatements = (s: string, n: Notifier) => {
     purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
     purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
-    expire: `WITH d AS (${sweepExpired} WHERE ${expiredAt} RETURNING queue)
+    // Maintenance's rounds: at most $2 rows each, found by their index and then visited by their tuple
+    // ids (a TID scan: no join, however many). The outer condition repeats the inner one, so a row that
+    // changed while the statement waited for it (a claim, a requeue) is re-checked and left alone; the
+    // swept rows' queues are for the metrics.
+    expireSome: `WITH d AS (${sweepExpired}
+        WHERE ctid = ANY (ARRAY(SELECT ctid FROM ${jobs} WHERE ${expiredAt} LIMIT $2::bigint)) AND ${expiredAt}
+        RETURNING queue)
       SELECT queue, count(*) AS n FROM d GROUP BY queue`,
-    purgeAllDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint RETURNING 1)
+    purgeSomeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
+          SELECT ctid FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint LIMIT $2::bigint))
+        AND state = 'dead' AND died_at < $1::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`
   } as const
 }

@@ -23,6 +23,14 @@ const claimedRow = (r: Record<string, unknown>): JobRow => {
 
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
+/**
+ * Rows a maintenance round sweeps or purges at most, of each kind: the server
+ * works while the event loop runs, so the bound is the transaction's (row
+ * locks held, WAL written before it commits); a round's own cost is a few
+ * milliseconds, so rounds are larger than SQLite's.
+ */
+export const maintenanceRows = 100_000
+
 export const makeQueueStorage = (
   db: PgExecutor,
   schema: string,
@@ -272,13 +280,14 @@ export const makeQueueStorage = (
           ? db.all(sql.purgeDead, [queue])
           : db.all(sql.purgeDeadBefore, [queue, diedBefore])
       ),
-    maintenance: (now, purgeDiedBefore) =>
+    maintenanceRows,
+    maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const expiredByQueue = yield* decoded(
-          db.all(sql.expire, [now]),
+          db.all(sql.expireSome, [now, limit]),
           (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
         )
-        const purged = yield* counted(db.all(sql.purgeAllDeadBefore, [purgeDiedBefore]))
+        const purged = yield* counted(db.all(sql.purgeSomeDeadBefore, [purgeDiedBefore, limit]))
         return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
       }))
   }

@@ -290,13 +290,17 @@ export const sql = {
           AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))`,
   purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
   purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
-  expire: `${sweepExpired} WHERE ${expiredAt}`,
-  // What `expire` is about to sweep, by queue (the same transaction; for the metrics).
-  expiring: `SELECT queue, count(*) AS count FROM __alkstore_jobs WHERE ${expiredAt} GROUP BY queue`,
+  // Maintenance's rounds: at most ?2 rows each, the ids picked first and joined in FROM (a primary-key search
+  // per row whatever the statistics, as the batch claim's write); the swept rows' queues for the metrics.
+  expireSome: `${sweepExpired} FROM (SELECT id FROM __alkstore_jobs WHERE ${expiredAt} LIMIT ?2) AS picked
+    WHERE __alkstore_jobs.id = picked.id RETURNING queue`,
   // The lapsed leases a lapsed-path claim of `?4` rows can pick (`candidates`' lapsed side), to mark them.
   lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until <= +?1
       ORDER BY priority DESC, run_at, id LIMIT ?4`,
-  purgeAllDeadBefore: `DELETE FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ?`
+  // The purge's round: its ids first, then a delete by primary key each (a DELETE has no FROM, and after an
+  // ANALYZE of a nearly empty table `WHERE id IN (…)` was planned as a scan of the whole table).
+  deadBefore: `SELECT id FROM __alkstore_jobs WHERE state = 'dead' AND died_at < ? LIMIT ?`,
+  deleteJob: `DELETE FROM __alkstore_jobs WHERE id = ?`
 } as const
 
 /**
@@ -342,8 +346,7 @@ export const nextDeadlineSql = numbered(sql.nextDeadline)
 export const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
 export const minOf = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b))
-export const expireSql = numbered(sql.expire)
-export const expiringSql = numbered(sql.expiring)
+export const expireSomeSql = numbered(sql.expireSome)
 export const lapsedCandidatesSql = numbered(sql.lapsedCandidates)
 
 /**
