@@ -166,7 +166,8 @@ export interface QueueStorage {
   readonly stats: (queue: string, now: number) => Effect.Effect<StatsRow, SqlError>
   readonly dead: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
   readonly requeueDead: (queue: string, id: number, now: number) => Effect.Effect<boolean, SqlError>
-  readonly purgeDead: (queue: string, diedBefore: number | undefined) => Effect.Effect<number, SqlError>
+  /** Deletes at most `limit` of `queue`'s dead jobs (those that died before `diedBefore`, when given); how many. */
+  readonly purgeDead: (queue: string, diedBefore: number | undefined, limit: number) => Effect.Effect<number, SqlError>
   /** The `limit` of this engine's maintenance rounds (src/internal/queues.ts, `runMaintenance`). */
   readonly maintenanceRows: number
   /**

@@ -5,6 +5,7 @@ import { optionalDurationMillis } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { oldestPendingAge, storedJob } from "./handle.js"
 import { positiveCount } from "./options.js"
+import { inRounds } from "./rounds.js"
 import { attr, setGauges, traced } from "./telemetry.js"
 
 /**
@@ -59,10 +60,22 @@ export const makeInspection = <A>(
         ),
         (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
       ),
+    // In bounded rounds, as maintenance's purge (src/internal/rounds.ts): a queue of a million dead jobs is
+    // not one statement.
     purgeDead: (olderThan) =>
       traced("alkstore.queue.purge_dead", queueAttributes, Effect.gen(function*() {
         const age = yield* optionalDurationMillis("olderThan", olderThan)
-        return yield* storage.purgeDead(name, age === undefined ? undefined : (yield* now) - age)
-      }), (n, span) => span.attribute(attr.count, n))
+        const diedBefore = age === undefined ? undefined : (yield* now) - age
+        const limit = storage.maintenanceRows
+        let purged = 0
+        const rounds = yield* inRounds(Effect.map(storage.purgeDead(name, diedBefore, limit), (n) => {
+          purged += n
+          return n === limit
+        }))
+        return { purged, rounds }
+      }), ({ purged, rounds }, span) => {
+        span.attribute(attr.count, purged)
+        span.attribute("alkstore.rounds", rounds)
+      }).pipe(Effect.map(({ purged }) => purged))
   }
 }

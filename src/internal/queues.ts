@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Effect } from "effect"
 import type * as Q from "../Queues.js"
 import { Engine, type EngineShape } from "./engine.js"
 import { makeLimits } from "./limits.js"
@@ -7,7 +7,7 @@ import { checkName } from "./names.js"
 import { type QueueOptionsInput, queueDefaults, resolveQueueOptions } from "./options.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
-import { realClock } from "./realClock.js"
+import { inRounds } from "./rounds.js"
 import { countExpired, setGauges, traced } from "./telemetry.js"
 
 /** The `Queues` service over an engine: queues by name, maintenance, the gauges' sampler and flow-control limits. */
@@ -30,43 +30,25 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
 })
 
 /**
- * Between two rounds the run rests as long as the last round took, on real
- * time (it paces a contended file, it is not contract time): this process's
- * other work runs meanwhile, and so do other processes' writers, whose busy
- * retries (src/internal/sqlite/busy.ts, at most 50 ms apart) would otherwise
- * keep meeting the next round's write lock.
- */
-const rest = (millis: number) => Effect.sleep(Duration.millis(millis)).pipe(Effect.withClock(realClock))
-
-/**
- * A maintenance run (expiry and retention) at one instant; expiries counted
- * per queue. A backlog of work (a million jobs that died in an outage, purged
- * a week later; a queue's expired jobs after its workers were down) is worked
- * through in rounds of at most the engine's `maintenanceRows` of each kind,
- * each its own transaction, with a rest in between: on SQLite a round's
- * statements block the event loop while they run (one purge of 300 000 dead jobs
- * of 2 KB held it for 1.2 s), and other processes wait for the file's write
- * lock meanwhile.
+ * A maintenance run (expiry and retention) at one instant, in bounded rounds
+ * (src/internal/rounds.ts) of at most the engine's `maintenanceRows` of each
+ * kind, until neither is left: a backlog (a million jobs that died in an
+ * outage, purged a week later; a queue's expired jobs after its workers were
+ * down) no longer runs as one statement. Expiries counted per queue.
  */
 export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.MaintenanceResult, SqlError> =>
   traced("alkstore.queue.maintenance", () => ({}), Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
     const purgeDiedBefore = at - engine.settings.deadRetentionMillis
+    const limit = engine.queues.maintenanceRows
     let expired = 0
     let purged = 0
-    const limit = engine.queues.maintenanceRows
-    let rounds = 0
-    let more = true
-    do {
-      const started = realClock.unsafeCurrentTimeMillis()
-      const round = yield* engine.queues.maintenance(at, purgeDiedBefore, limit)
-      rounds++
+    const rounds = yield* inRounds(Effect.map(engine.queues.maintenance(at, purgeDiedBefore, limit), (round) => {
       for (const { count, queue } of round.expiredByQueue) countExpired(queue, count)
       expired += round.expired
       purged += round.purged
-      more = round.expired === limit || round.purged === limit
-      if (more) yield* rest(realClock.unsafeCurrentTimeMillis() - started)
-    } while (more)
+      return round.expired === limit || round.purged === limit
+    }))
     return { expired, purged, rounds }
   }), (result, span) => {
     span.attribute("alkstore.expired", result.expired)

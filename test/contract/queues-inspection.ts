@@ -287,7 +287,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect(second).not.toBe(first)
         })))
 
-      it.effect("a backlog is worked through in rounds of at most the engine's maintenanceRows, the event loop running between them", () => {
+      it.effect("a backlog is worked through in rounds of at most the engine's maintenanceRows, the event loop running between them; purgeDead too", () => {
         const { tracer, one } = collectingTracer()
         const limit = engine.capabilities.postgres ? pgMaintenanceRows : sqliteMaintenanceRows
         return run(Effect.gen(function*() {
@@ -297,10 +297,12 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           for (let i = 0; i < 10; i++) yield* q.enqueue({ i }, { expires: "1 minute" })
           // one more than a round of jobs that died on day 0, written as an outage leaves them
           const payload = engine.capabilities.postgres ? `'{}'::json` : `'{}'`
-          yield* sql.unsafe(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${limit + 1})
+          const backlog = (queue: string) =>
+            `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${limit + 1})
             INSERT INTO __alkstore_jobs (queue, payload, state, priority, run_at, attempts, max_attempts,
               visibility_timeout, backoff_base, created_at, last_error, died_at)
-            SELECT 'backlog', ${payload}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`)
+            SELECT '${queue}', ${payload}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`
+          yield* sql.unsafe(backlog("backlog"))
           yield* advance(8 * day)
           // turns of the event loop while maintenance runs (a SQLite round blocks it)
           let turns = 0
@@ -314,6 +316,13 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           // the ten swept in the first round with a full round of the purge, the last dead job in the second
           expect(one("alkstore.queue.maintenance").attributes.get("alkstore.rounds")).toBe(2)
           expect(yield* q.stats).toMatchObject({ dead: 10, pending: 0 })
+          // a queue's purge by hand works in the same rounds
+          yield* sql.unsafe(backlog("by-hand"))
+          const byHand = yield* queueOf("by-hand")
+          expect(yield* byHand.purgeDead()).toBe(limit + 1)
+          expect(one("alkstore.queue.purge_dead").attributes.get("alkstore.rounds")).toBe(2)
+          expect((yield* byHand.stats).dead).toBe(0)
+          expect((yield* q.stats).dead).toBe(10)
         })).pipe(Effect.withTracer(tracer))
       })
     })
@@ -359,10 +368,17 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
         const expire = yield* plan(expireSomeSql.text, expireSomeSql.bind([now, 100]))
         const deadBefore = yield* plan(queueSql.deadBefore, [now, 100])
         const deleteJob = yield* plan(queueSql.deleteJob, [1])
+        // `purgeDead`'s rounds: the queue's dead jobs by their index
+        const deadOfQueue = [
+          ...yield* plan(queueSql.deadOfQueue, ["plan", 100]),
+          ...yield* plan(queueSql.deadOfQueueBefore, ["plan", now, 100])
+        ]
         expect(expire.join("\n")).toContain("__alkstore_jobs_expiry")
         expect(deadBefore.join("\n")).toContain("__alkstore_jobs_dead")
+        expect(deadOfQueue.every((line) => line.includes("__alkstore_jobs_dead")), deadOfQueue.join("\n")).toBe(true)
         for (
-          const line of [...scheduled, ...promote, ...expire, ...deleteJob].filter((line) => /__alkstore_jobs(?!_)/.test(line))
+          const line of [...scheduled, ...promote, ...expire, ...deleteJob, ...deadOfQueue]
+            .filter((line) => /__alkstore_jobs(?!_)/.test(line))
         ) {
           expect(line).toMatch(/^SEARCH __alkstore_jobs USING /)
         }

@@ -202,8 +202,14 @@ export const queueStatements = (s: string, n: Notifier) => {
               AND live.idempotency_key = d.idempotency_key AND live.state <> 'dead'))
         RETURNING d.id, d.queue AS topic)
       SELECT w.id, ${n.tail(4)} FROM w`,
-    purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' RETURNING 1) SELECT count(*) AS n FROM d`,
-    purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $2::bigint RETURNING 1)
+    // `purgeDead`'s rounds ($2 rows at most), as maintenance's purge below.
+    purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
+          SELECT ctid FROM ${jobs} WHERE queue = $1 AND state = 'dead' LIMIT $2::bigint))
+        AND queue = $1 AND state = 'dead' RETURNING 1)
+      SELECT count(*) AS n FROM d`,
+    purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
+          SELECT ctid FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $3::bigint LIMIT $2::bigint))
+        AND queue = $1 AND state = 'dead' AND died_at < $3::bigint RETURNING 1)
       SELECT count(*) AS n FROM d`,
     // Maintenance's rounds: at most $2 rows each, found by their index and then visited by their tuple
     // ids (a TID scan: no join, however many). The outer condition repeats the inner one, so a row that

@@ -24,7 +24,8 @@ const claimedRow = (r: Record<string, unknown>): JobRow => {
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
 /**
- * Rows a maintenance round sweeps or purges at most, of each kind: the server
+ * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts)
+ * sweeps or purges at most, of each kind: the server
  * works while the event loop runs, so the bound is the transaction's (row
  * locks held, WAL written before it commits); a round's own cost is a few
  * milliseconds, so rounds are larger than SQLite's.
@@ -274,11 +275,11 @@ export const makeQueueStorage = (
         db.all(sql.requeueExpireHolder, [now, queue, id]),
         changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))
       )),
-    purgeDead: (queue, diedBefore) =>
+    purgeDead: (queue, diedBefore, limit) =>
       counted(
         diedBefore === undefined
-          ? db.all(sql.purgeDead, [queue])
-          : db.all(sql.purgeDeadBefore, [queue, diedBefore])
+          ? db.all(sql.purgeDead, [queue, limit])
+          : db.all(sql.purgeDeadBefore, [queue, limit, diedBefore])
       ),
     maintenanceRows,
     maintenance: (now, purgeDiedBefore, limit) =>

@@ -288,8 +288,9 @@ export const sql = {
       AND (idempotency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM __alkstore_jobs AS live WHERE live.queue = __alkstore_jobs.queue
           AND live.idempotency_key = __alkstore_jobs.idempotency_key AND live.state <> 'dead'))`,
-  purgeDead: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead'`,
-  purgeDeadBefore: `DELETE FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ?`,
+  // `purgeDead`'s rounds, as maintenance's purge: the ids first, then a delete by primary key each.
+  deadOfQueue: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' LIMIT ?`,
+  deadOfQueueBefore: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' AND died_at < ? LIMIT ?`,
   // Maintenance's rounds: at most ?2 rows each, the ids picked first and joined in FROM (a primary-key search
   // per row whatever the statistics, as the batch claim's write); the swept rows' queues for the metrics.
   expireSome: `${sweepExpired} FROM (SELECT id FROM __alkstore_jobs WHERE ${expiredAt} LIMIT ?2) AS picked

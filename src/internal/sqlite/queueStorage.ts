@@ -159,7 +159,8 @@ const ackManyNow = (c: DirectConnection, fences: ReadonlyArray<Fence>) =>
   })
 
 /**
- * Rows a maintenance round sweeps or purges at most, of each kind: the
+ * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts)
+ * sweeps or purges at most, of each kind: the
  * round's statements block the event loop while they run (~4 µs a dead job of
  * 2 KB purged), so a round of 2 000 holds it for milliseconds.
  */
@@ -167,7 +168,6 @@ export const maintenanceRows = 2_000
 
 export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
-  const count = (result: RunResult) => result.changes
   const direct = db.direct
   const directNow = db.directNow
 
@@ -280,6 +280,11 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
       ackAndClaim: (fence, queue, workerId, now, limit) => direct(ackAndClaimBody(fence, queue, workerId, now, limit))
     }
 
+  /** Deletes the jobs `ids` names by primary key, one statement each (a plan no statistics can turn into a scan). */
+  const deleteEach = (ids: Effect.Effect<ReadonlyArray<{ id: number }>, SqlError>) =>
+    Effect.flatMap(ids, (rows) =>
+      rows.length === 0 ? Effect.succeed(0) : Effect.as(db.runEach(sql.deleteJob, rows.map((row) => [row.id])), rows.length))
+
   const fenced = (text: string, head: ReadonlyArray<string | number | null>, fence: Fence) =>
     Effect.map(db.run(text, [...head, fence.id, fence.token]), changed)
 
@@ -343,24 +348,19 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
           Effect.map(db.run(requeueDeadSql.text, requeueDeadSql.bind([now, queue, id])), changed)
         )
       ),
-    purgeDead: (queue, diedBefore) =>
-      db.transaction(Effect.zipRight(
-        db.run(raiseFloorSql, []),
-        Effect.map(
-          diedBefore === undefined
-            ? db.run(sql.purgeDead, [queue])
-            : db.run(sql.purgeDeadBefore, [queue, diedBefore]),
-          count
-        )
-      )),
+    purgeDead: (queue, diedBefore, limit) =>
+      db.transaction(Effect.zipRight(db.run(raiseFloorSql, []), deleteEach(
+        diedBefore === undefined
+          ? db.all<{ id: number }>(sql.deadOfQueue, [queue, limit])
+          : db.all<{ id: number }>(sql.deadOfQueueBefore, [queue, diedBefore, limit])
+      ))),
     maintenanceRows,
     maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const swept = yield* db.all<{ queue: string }>(expireSomeSql.text, expireSomeSql.bind([now, limit]))
         yield* db.run(raiseFloorSql, [])
-        const dead = yield* db.all<{ id: number }>(sql.deadBefore, [purgeDiedBefore, limit])
-        if (dead.length > 0) yield* db.runEach(sql.deleteJob, dead.map((row) => [row.id]))
-        return { expired: swept.length, purged: dead.length, expiredByQueue: countByQueue(swept) }
+        const purged = yield* deleteEach(db.all<{ id: number }>(sql.deadBefore, [purgeDiedBefore, limit]))
+        return { expired: swept.length, purged, expiredByQueue: countByQueue(swept) }
       }))
   }
 }
