@@ -24,11 +24,11 @@ const claimedRow = (r: Record<string, unknown>): JobRow => {
 const claimOrder = (a: JobRow, b: JobRow) => b.priority - a.priority || a.run_at - b.run_at || a.id - b.id
 
 /**
- * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts)
- * sweeps or purges at most, of each kind: the server
- * works while the event loop runs, so the bound is the transaction's (row
- * locks held, WAL written before it commits); a round's own cost is a few
- * milliseconds, so rounds are larger than SQLite's.
+ * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts) sweeps
+ * or purges at most, of each kind: the server works while the event loop
+ * runs, so the bound is only the transaction's (row locks held, WAL written
+ * before it commits). A round of 100 000 dead jobs took ~0.1 s; smaller
+ * rounds cost more per row (each reads the dead index again).
  */
 export const maintenanceRows = 100_000
 

@@ -159,10 +159,10 @@ const ackManyNow = (c: DirectConnection, fences: ReadonlyArray<Fence>) =>
   })
 
 /**
- * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts)
- * sweeps or purges at most, of each kind: the
- * round's statements block the event loop while they run (~4 µs a dead job of
- * 2 KB purged), so a round of 2 000 holds it for milliseconds.
+ * Rows a round of maintenance or `purgeDead` (src/internal/rounds.ts) sweeps
+ * or purges at most, of each kind: a round's statements block the event loop
+ * while they run (~4 µs a dead job of 2 KB purged), so a round of 2 000 holds
+ * it for milliseconds.
  */
 export const maintenanceRows = 2_000
 
