@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Option, TestClock } from "effect"
 import { Queues } from "../../src/index.js"
 import { maintenanceRows as pgMaintenanceRows } from "../../src/internal/pg/queueStorage.js"
+import { sql as adminSql } from "../../src/internal/sqlite/adminStorage.js"
 import { claimStatements, expireSomeSql, sql as queueSql } from "../../src/internal/sqlite/queueStatements.js"
 import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sqlite/queueStorage.js"
 import type { EngineUnderTest } from "./harness.js"
@@ -373,6 +374,11 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           ...yield* plan(queueSql.deadOfQueue, ["plan", 100]),
           ...yield* plan(queueSql.deadOfQueueBefore, ["plan", now, 100])
         ]
+        // the operator's overview (sampleMetrics, `alkstore stats`): each state's count from its partial index
+        const depths = yield* plan(adminSql.queueDepths, adminSql.queueDepths.split("?").slice(1).map(() => now))
+        const depthReads = depths.filter((line) => /__alkstore_jobs(?!_)/.test(line))
+        expect(depthReads.length, depths.join("\n")).toBe(5)
+        for (const line of depthReads) expect(line).toMatch(/USING (COVERING )?INDEX __alkstore_jobs_/)
         expect(expire.join("\n")).toContain("__alkstore_jobs_expiry")
         expect(deadBefore.join("\n")).toContain("__alkstore_jobs_dead")
         expect(deadOfQueue.every((line) => line.includes("__alkstore_jobs_dead")), deadOfQueue.join("\n")).toBe(true)
