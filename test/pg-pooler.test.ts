@@ -23,7 +23,14 @@ import { Effect, Fiber, HashSet, Layer, Logger, Redacted, Ref } from "effect"
 import Pg from "pg"
 import { afterAll } from "vitest"
 import { PgStore } from "../src/index.js"
-import { freshFile, pgDatabaseUrl, pgSchemaFor, type EngineUnderTest, type TestStoreSettings } from "./contract/harness.js"
+import {
+  freshFile,
+  pgDatabaseUrl,
+  pgSchemaFor,
+  pgSettings,
+  type EngineUnderTest,
+  type TestStoreSettings
+} from "./contract/harness.js"
 import { locksContract } from "./contract/locks.js"
 import { outboxContract } from "./contract/outbox.js"
 import { eventually, queueOf } from "./contract/support.js"
@@ -61,7 +68,7 @@ const behindBouncer = (
   settings: TestStoreSettings & { readonly direct?: boolean; readonly maxConnections?: number } = {}
 ) => {
   const schema = pgSchemaFor(settings.filename)
-  const { busyPatience: _b, direct, filename: _f, watchInterval: _w, ...rest } = settings
+  const { direct, maxConnections, ...testSettings } = settings
   return Layer.unwrapEffect(Effect.promise(async () =>
     PgStore.layer({
       url: Redacted.make((await bouncerUp()).urlFor(schema)),
@@ -70,7 +77,8 @@ const behindBouncer = (
       clock: "host",
       types: pgTestTypes,
       listenHeartbeat: "1 second",
-      ...rest
+      ...(maxConnections === undefined ? {} : { maxConnections }),
+      ...pgSettings(testSettings)
     })
   ))
 }

@@ -86,13 +86,6 @@ export interface MaintenanceRow {
   readonly expiredByQueue: ReadonlyArray<{ readonly queue: string; readonly count: number }>
 }
 
-/** `expiredByQueue` of the rows a round swept, each naming its queue. */
-export const countByQueue = (rows: ReadonlyArray<{ readonly queue: string }>): MaintenanceRow["expiredByQueue"] => {
-  const counts = new Map<string, number>()
-  for (const { queue } of rows) counts.set(queue, (counts.get(queue) ?? 0) + 1)
-  return Array.from(counts, ([queue, count]) => ({ queue, count }))
-}
-
 export interface StatsRow {
   readonly pending: number
   readonly scheduled: number
@@ -168,7 +161,7 @@ export interface QueueStorage {
   readonly requeueDead: (queue: string, id: number, now: number) => Effect.Effect<boolean, SqlError>
   /** Deletes at most `limit` of `queue`'s dead jobs (those that died before `diedBefore`, when given); how many. */
   readonly purgeDead: (queue: string, diedBefore: number | undefined, limit: number) => Effect.Effect<number, SqlError>
-  /** The `limit` of this engine's maintenance rounds (src/internal/queues.ts, `runMaintenance`). */
+  /** The `limit` of this engine's rounds of maintenance and `purgeDead` (src/internal/rounds.ts). */
   readonly maintenanceRows: number
   /**
    * One bounded round: at most `limit` expired jobs swept to dead and at most

@@ -135,7 +135,8 @@ export { pgTestTypes }
 export const pgChildDatabase = async (filename: string) =>
   `pg:${pgSchemaFor(filename)}:${urlWith(await pgDatabaseUrl(), { searchPath: `${pgSchemaFor(filename)},public` })}`
 
-const pgSettings = (settings: TestStoreSettings): PgStore.StoreSettings => {
+/** The settings a PostgreSQL store takes of a test's (the SQLite-only ones dropped). */
+export const pgSettings = (settings: TestStoreSettings): PgStore.StoreSettings => {
   const { busyPatience: _b, filename: _f, watchInterval: _w, ...rest } = settings
   return rest
 }

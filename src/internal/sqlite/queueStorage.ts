@@ -1,5 +1,5 @@
 import { Effect, Option } from "effect"
-import { countByQueue, type Fence, type JobRow, type NewJob, type QueueStorage, type StatsRow } from "../engine.js"
+import { type Fence, type JobRow, type MaintenanceRow, type NewJob, type QueueStorage, type StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "../transactionOwner.js"
@@ -165,6 +165,13 @@ const ackManyNow = (c: DirectConnection, fences: ReadonlyArray<Fence>) =>
  * it for milliseconds.
  */
 export const maintenanceRows = 2_000
+
+/** `expiredByQueue` of the rows a maintenance round swept, each naming its queue (PostgreSQL groups in SQL). */
+const countByQueue = (rows: ReadonlyArray<{ readonly queue: string }>): MaintenanceRow["expiredByQueue"] => {
+  const counts = new Map<string, number>()
+  for (const { queue } of rows) counts.set(queue, (counts.get(queue) ?? 0) + 1)
+  return Array.from(counts, ([queue, count]) => ({ queue, count }))
+}
 
 export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
