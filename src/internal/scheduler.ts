@@ -149,13 +149,12 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
   })
 
   /**
-   * Ticks until the lease is found gone; each wait ends at the next boundary,
-   * maintenance, or a change. Each round holds its registrations ticket only
-   * while it runs, so a failed tick leaves none behind.
+   * Ticks until the lease is found gone; each wait ends at the next boundary
+   * or a change. Each round holds its registrations ticket only while it
+   * runs, so a failed tick leaves none behind.
    */
-  const lead = (owner: string, token: number) =>
+  const ticking = (owner: string, token: number) =>
     Effect.gen(function*() {
-      let maintenanceAt = yield* Clock.currentTimeMillis
       let first = true
       const round = engine.wake.withTicket(registrationsTopic, (ticket) =>
         Effect.gen(function*() {
@@ -163,19 +162,29 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           first = false
           const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
           if (result === undefined) return yield* new LeadershipLost({ owner })
-          if (result.now >= maintenanceAt) {
-            yield* runMaintenance(engine)
-            maintenanceAt = result.now + settings.maintenanceEveryMillis
-          }
           const wakeAt = Math.min(
             Option.getOrElse(result.next, () => Infinity),
-            maintenanceAt,
             result.now + settings.fallbackPollMillis
           )
           yield* ticket.wait(wakeAt - result.now)
         }))
       return yield* Effect.forever(round)
     })
+
+  /**
+   * Queue maintenance, at once and then `maintenanceEvery` after each run
+   * ends, beside the ticks rather than between them: a backlog's rounds (a
+   * million dead jobs purged a week after an outage: ~20 s of rounds on
+   * SQLite) held every boundary due meanwhile until the last round ended.
+   * Its failure ends the leadership as a tick's does.
+   */
+  const maintaining = runMaintenance(engine).pipe(
+    Effect.zipRight(Effect.sleep(Duration.millis(settings.maintenanceEveryMillis))),
+    Effect.forever
+  )
+
+  /** Leads until the lease is found gone or a tick or maintenance fails. */
+  const lead = (owner: string, token: number) => Effect.raceFirst(ticking(owner, token), maintaining)
 
   const runSchedules: S.SchedulerShape["runSchedules"] = Effect.suspend(() => {
     const owner = `${engine.instanceId}:scheduler:${++runners}`

@@ -14,6 +14,7 @@ import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sql
 import type { EngineUnderTest } from "./harness.js"
 import {
   claimsNothing,
+  deadBacklog,
   jobCount,
   ms,
   mustClaim,
@@ -292,18 +293,12 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
         const { tracer, one } = collectingTracer()
         const limit = engine.capabilities.postgres ? pgMaintenanceRows : sqliteMaintenanceRows
         return run(Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
           const queues = yield* Queues.Queues
           const q = yield* queueOf("backlog")
           for (let i = 0; i < 10; i++) yield* q.enqueue({ i }, { expires: "1 minute" })
-          // one more than a round of jobs that died on day 0, written as an outage leaves them
-          const payload = engine.capabilities.postgres ? `'{}'::json` : `'{}'`
-          const backlog = (queue: string) =>
-            `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${limit + 1})
-            INSERT INTO __alkstore_jobs (queue, payload, state, priority, run_at, attempts, max_attempts,
-              visibility_timeout, backoff_base, created_at, last_error, died_at)
-            SELECT '${queue}', ${payload}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`
-          yield* sql.unsafe(backlog("backlog"))
+          // one more than a round of jobs that died on day 0
+          const backlog = (queue: string) => deadBacklog(queue, limit + 1, engine.capabilities.postgres)
+          yield* backlog("backlog")
           yield* advance(8 * day)
           // turns of the event loop while maintenance runs (a SQLite round blocks it)
           let turns = 0
@@ -318,7 +313,7 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
           expect(one("alkstore.queue.maintenance").attributes.get("alkstore.rounds")).toBe(2)
           expect(yield* q.stats).toMatchObject({ dead: 10, pending: 0 })
           // a queue's purge by hand works in the same rounds
-          yield* sql.unsafe(backlog("by-hand"))
+          yield* backlog("by-hand")
           const byHand = yield* queueOf("by-hand")
           expect(yield* byHand.purgeDead()).toBe(limit + 1)
           expect(one("alkstore.queue.purge_dead").attributes.get("alkstore.rounds")).toBe(2)

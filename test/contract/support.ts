@@ -10,6 +10,21 @@ import { Queues, type SqliteStore } from "../../src/index.js"
 /** What a store layer provides to a contract test. */
 export type StoreServices = SqliteStore.Mechanisms | SqlClient.SqlClient
 
+/**
+ * Writes `count` jobs of `queue` that died on day 0, as an outage leaves them
+ * (one statement: a backlog of a few hundred thousand rows in about a second).
+ */
+export const deadBacklog = (queue: string, count: number, postgres: boolean) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql.unsafe(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count})
+      INSERT INTO __alkstore_jobs (queue, payload, state, priority, run_at, attempts, max_attempts,
+        visibility_timeout, backoff_base, created_at, last_error, died_at)
+      SELECT '${queue}', ${postgres ? `'{}'::json` : `'{}'`}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`))
+
+/** Dead jobs in `__alkstore_jobs` (every queue). */
+export const deadCount = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.map(sql<{ n: number }>`SELECT count(*) AS n FROM __alkstore_jobs WHERE state = 'dead'`, (rows) => Number(rows[0]!.n)))
+
 /** Rows in `__alkstore_jobs` (every queue). */
 export const jobCount = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient

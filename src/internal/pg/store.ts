@@ -36,7 +36,7 @@ export interface StoreSettings {
   readonly leaderTtl?: import("effect").Duration.DurationInput
   /** How often the scheduler's leader renews its lease; default 2 s. */
   readonly leaderRenewEvery?: import("effect").Duration.DurationInput
-  /** How often the leader runs queue maintenance; default 1 minute. */
+  /** How long after one queue maintenance run ends the leader starts the next; default 1 minute. */
   readonly maintenanceEvery?: import("effect").Duration.DurationInput
   /** The waiters' safety-net poll; default 5 s. */
   readonly fallbackPoll?: import("effect").Duration.DurationInput

@@ -36,7 +36,7 @@ export interface StoreSettings {
   readonly leaderTtl?: Duration.DurationInput
   /** How often the scheduler's leader renews its lease; default 2 s. */
   readonly leaderRenewEvery?: Duration.DurationInput
-  /** How often the leader runs queue maintenance; default 1 minute. */
+  /** How long after one queue maintenance run ends the leader starts the next; default 1 minute. */
   readonly maintenanceEvery?: Duration.DurationInput
   /** The waiters' safety-net poll; default 5 s. */
   readonly fallbackPoll?: Duration.DurationInput
