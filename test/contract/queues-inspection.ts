@@ -7,14 +7,13 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Option, TestClock } from "effect"
 import { Queues } from "../../src/index.js"
-import { maintenanceRows as pgMaintenanceRows } from "../../src/internal/pg/queueStorage.js"
 import { sql as adminSql } from "../../src/internal/sqlite/adminStorage.js"
 import { claimStatements, expireSomeSql, sql as queueSql } from "../../src/internal/sqlite/queueStatements.js"
-import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sqlite/queueStorage.js"
 import type { EngineUnderTest } from "./harness.js"
 import {
   claimsNothing,
   deadBacklog,
+  maintenanceRowsOf,
   jobCount,
   ms,
   mustClaim,
@@ -291,13 +290,13 @@ export const queuesInspectionContract = (engine: EngineUnderTest) =>
 
       it.effect("a backlog is worked through in rounds of at most the engine's maintenanceRows, the event loop running between them; purgeDead too", () => {
         const { tracer, one } = collectingTracer()
-        const limit = engine.capabilities.postgres ? pgMaintenanceRows : sqliteMaintenanceRows
+        const limit = maintenanceRowsOf(engine)
         return run(Effect.gen(function*() {
           const queues = yield* Queues.Queues
           const q = yield* queueOf("backlog")
           for (let i = 0; i < 10; i++) yield* q.enqueue({ i }, { expires: "1 minute" })
           // one more than a round of jobs that died on day 0
-          const backlog = (queue: string) => deadBacklog(queue, limit + 1, engine.capabilities.postgres)
+          const backlog = (queue: string) => deadBacklog(engine, queue, limit + 1)
           yield* backlog("backlog")
           yield* advance(8 * day)
           // turns of the event loop while maintenance runs (a SQLite round blocks it)

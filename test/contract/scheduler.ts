@@ -9,9 +9,7 @@ import { DateTime, Duration, Effect, Exit, Fiber, Option, TestClock } from "effe
 import { Queues, Scheduler } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import { schedulesPerTick } from "../../src/internal/scheduler.js"
-import { maintenanceRows as pgMaintenanceRows } from "../../src/internal/pg/queueStorage.js"
-import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sqlite/queueStorage.js"
-import { advance, deadBacklog, deadCount, eventually, settle } from "./support.js"
+import { advance, deadBacklog, deadCount, eventually, maintenanceRowsOf, settle } from "./support.js"
 import { collectingTracer } from "./telemetry.js"
 
 const second = 1_000
@@ -467,11 +465,11 @@ export const schedulerContract = (engine: EngineUnderTest) =>
       it.effect("boundaries fire on time while maintenance works through a backlog in its rounds", () => {
         // full rounds, each followed by a rest as long as it took: a few hundred milliseconds of maintenance;
         // unhurried, so no renewal falls within the minute and the adjust wakes the tick alone
-        const backlog = engine.capabilities.postgres ? 2 * pgMaintenanceRows : 32 * sqliteMaintenanceRows
+        const backlog = (engine.capabilities.postgres ? 2 : 32) * maintenanceRowsOf(engine)
         return Effect.gen(function*() {
           const scheduler = yield* Scheduler.Scheduler
           yield* advance(`${8 * 24} hours`)
-          yield* deadBacklog("outage", backlog + 1, engine.capabilities.postgres)
+          yield* deadBacklog(engine, "outage", backlog + 1)
           yield* scheduler.schedule("on-time", "@every 1m", "on-time", {})
           const runner = yield* Effect.fork(scheduler.runSchedules)
           // the leader's maintenance is under way: its first round has committed

@@ -6,20 +6,27 @@ import { Chunk, Clock, DateTime, Duration, Effect, Option, TestClock } from "eff
 import { StoreActivity } from "../../src/internal/activity.js"
 import { expect } from "@effect/vitest"
 import { Queues, type SqliteStore } from "../../src/index.js"
+import { maintenanceRows as pgMaintenanceRows } from "../../src/internal/pg/queueStorage.js"
+import { maintenanceRows as sqliteMaintenanceRows } from "../../src/internal/sqlite/queueStorage.js"
+import type { EngineUnderTest } from "./harness.js"
 
 /** What a store layer provides to a contract test. */
 export type StoreServices = SqliteStore.Mechanisms | SqlClient.SqlClient
+
+/** The rows of each kind one round of the engine's maintenance takes (src/internal/rounds.ts). */
+export const maintenanceRowsOf = (engine: EngineUnderTest) =>
+  engine.capabilities.postgres ? pgMaintenanceRows : sqliteMaintenanceRows
 
 /**
  * Writes `count` jobs of `queue` that died on day 0, as an outage leaves them
  * (one statement: a backlog of a few hundred thousand rows in about a second).
  */
-export const deadBacklog = (queue: string, count: number, postgres: boolean) =>
+export const deadBacklog = (engine: EngineUnderTest, queue: string, count: number) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql.unsafe(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count})
       INSERT INTO __alkstore_jobs (queue, payload, state, priority, run_at, attempts, max_attempts,
         visibility_timeout, backoff_base, created_at, last_error, died_at)
-      SELECT '${queue}', ${postgres ? `'{}'::json` : `'{}'`}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`))
+      SELECT '${queue}', ${engine.capabilities.postgres ? `'{}'::json` : `'{}'`}, 'dead', 0, 0, 3, 3, 300000, 5000, 0, 'boom', 0 FROM n`))
 
 /** Dead jobs in `__alkstore_jobs` (every queue). */
 export const deadCount = Effect.flatMap(SqlClient.SqlClient, (sql) =>
