@@ -138,6 +138,15 @@ export const migrations = (s: string) =>
       `DROP INDEX ${s}.__alkstore_jobs_flow`,
       `CREATE INDEX __alkstore_jobs_flow ON ${s}.__alkstore_jobs (queue, priority DESC, flow_round, run_at, id, group_key)
         WHERE state COLLATE "C" = 'pending' AND flow_round IS NOT NULL`
+    ),
+    // Dead jobs in the orders their readers ask for (as SQLite's migration 8): a queue's dead-letter
+    // listing and every queue's (`Admin.jobs`, newest id first), and the retention purge (`died_at`
+    // across queues), none of them walking or sorting every dead job. Only deaths, requeues and purges
+    // write them.
+    "8_dead_job_indexes": statements(
+      `CREATE INDEX __alkstore_jobs_dead_by_id ON ${s}.__alkstore_jobs (id) WHERE state = 'dead'`,
+      `CREATE INDEX __alkstore_jobs_dead_queue_id ON ${s}.__alkstore_jobs (queue, id) WHERE state = 'dead'`,
+      `CREATE INDEX __alkstore_jobs_dead_since ON ${s}.__alkstore_jobs (died_at) WHERE state = 'dead'`
     )
   })
 

@@ -47,6 +47,11 @@ const jobIndexes = [
   `CREATE INDEX __alkstore_jobs_expiry ON __alkstore_jobs (expires_at) WHERE expires_at IS NOT NULL AND state <> 'dead'`,
   `CREATE UNIQUE INDEX __alkstore_jobs_key ON __alkstore_jobs (queue, idempotency_key) WHERE idempotency_key IS NOT NULL AND state <> 'dead'`
 ]
+const deadJobIndexes = [
+  `CREATE INDEX __alkstore_jobs_dead_by_id ON __alkstore_jobs (id) WHERE state = 'dead'`,
+  `CREATE INDEX __alkstore_jobs_dead_queue_id ON __alkstore_jobs (queue, id) WHERE state = 'dead'`,
+  `CREATE INDEX __alkstore_jobs_dead_since ON __alkstore_jobs (died_at) WHERE state = 'dead'`
+]
 const flowJobIndexes = [
   `CREATE INDEX __alkstore_jobs_flow ON __alkstore_jobs (queue, priority DESC, flow_round, run_at, id, group_key)
     WHERE state = 'pending' AND flow_round IS NOT NULL`,
@@ -160,7 +165,14 @@ export const migrationRecord = {
     `ALTER TABLE __alkstore_jobs_next RENAME TO __alkstore_jobs`,
     ...jobIndexes,
     ...flowJobIndexes
-  )
+  ),
+  // (7 is PostgreSQL's flow index.) Dead jobs in the orders their readers ask for, so none of them sorts or
+  // walks every dead job: a queue's dead-letter listing and every queue's (`Admin.jobs`, newest id first:
+  // 180 ms for a queue with a million dead jobs, the whole table read when the dead are old), and the
+  // retention purge (`died_at` across queues: each round read the dead index of every queue before its
+  // cut-off, 20-25 ms inside the write lock with a million dead jobs still kept). Only deaths, requeues and
+  // purges write them.
+  "8_dead_job_indexes": statements(...deadJobIndexes)
 }
 
 export const migrations = Migrator.fromRecord(migrationRecord)
