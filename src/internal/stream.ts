@@ -1,5 +1,6 @@
 import { Channel, Chunk, Effect, Stream } from "effect"
 import type * as Q from "../Queues.js"
+import type { InvalidOptions } from "../StoreError.js"
 import { type ClaimHandle, jobAttributes } from "./handle.js"
 import { positiveCount, validateText } from "./options.js"
 import { attr, linkOf, tracing } from "./telemetry.js"
@@ -36,6 +37,16 @@ export interface StreamParts<A> {
  * span that enqueued the job, the parent of the handle's operations' spans,
  * ended by the operation that settles the claim — or, for a claim still
  * unsettled, when the stream ends (`alkstore.outcome` `"unsettled"`).
+ *
+ * A held claim ages while it waits its turn, unrenewed: before it is handed
+ * on, its lease end (the claim's `claimed_until`) is compared with the clock,
+ * read synchronously (no statement, no effect). With at least half its
+ * visibility timeout left it is handed on as it is — the common case, a batch
+ * handed on quickly. Otherwise it is renewed first with its heartbeat (the
+ * lease pushed to now + its visibility timeout): a claim lost meanwhile
+ * (another worker took the lapsed job) is skipped, never handed on, and the
+ * next one is looked at; a storage failure fails the stream, and the claims
+ * not handed on, that one included, are released as when anything ends it.
  */
 export const makeStream = <A>(
   { claimTraced, name, processSpan, releaseUnhanded, takeUpTo }: StreamParts<A>
@@ -45,6 +56,7 @@ export const makeStream = <A>(
     yield* validateText("workerId", workerId)
     const batch = yield* positiveCount("batch", opts?.batch ?? 1)
     const traces = yield* Effect.withFiberRuntime((fiber) => Effect.succeed(tracing(fiber)))
+    const clock = yield* Effect.clock
     let held: ReadonlyArray<ClaimHandle<A>> = []
     let handed = 0
     // Traced only: the handles handed on whose span may still be open.
@@ -86,12 +98,34 @@ export const makeStream = <A>(
     }
     const handOn = (handle: ClaimHandle<A>) =>
       traces ? Channel.zipRight(Channel.fromEffect(openSpan(handle)), Channel.write(Chunk.of(handle))) : Channel.write(Chunk.of(handle))
+    /** At least half the claim's visibility timeout left on its lease: handed on without a renewal. */
+    const fresh = (handle: ClaimHandle<A>) => {
+      const until = handle.row.claimed_until
+      return until !== null && until - clock.unsafeCurrentTimeMillis() >= handle.row.visibility_timeout / 2
+    }
     // One handle per write, straight from the channel (cheaper per handle than an effect per pull).
-    const emit = (): Channel.Channel<Chunk.Chunk<ClaimHandle<A>>, unknown, Q.WaitError, unknown, void, unknown> =>
-      Channel.suspend(() =>
-        handed < held.length
-          ? Channel.flatMap(handOn(held[handed++]!), emit)
-          : Channel.flatMap(claimBatch, emit)
-      )
+    // A held claim near or past its lease end is renewed before it is handed on, and skipped when lost:
+    // its job may be another worker's by now (fencing, CONTRACT §8). `handed` counts it only once the
+    // renewal is over, so a stream ended during one still releases it.
+    const emit = (): Channel.Channel<
+      Chunk.Chunk<ClaimHandle<A>>,
+      unknown,
+      InvalidOptions | Q.WaitError,
+      unknown,
+      void,
+      unknown
+    > =>
+      Channel.suspend(() => {
+        if (handed >= held.length) return Channel.flatMap(claimBatch, emit)
+        const handle = held[handed]!
+        if (fresh(handle)) {
+          handed++
+          return Channel.flatMap(handOn(handle), emit)
+        }
+        return Channel.flatMap(Channel.fromEffect(handle.heartbeat()), (kept) => {
+          handed++
+          return kept ? Channel.flatMap(handOn(handle), emit) : emit()
+        })
+      })
     return Stream.fromChannel(emit())
   }))
