@@ -124,7 +124,7 @@ export const dead = Command.make("dead", { db, json, queue: Options.optional(que
             clip(JSON.stringify(j.payload) ?? "", 40)
           ])
         ))
-  }))).pipe(Command.withDescription("dead jobs with their errors (all queues, or one), newest first"))
+  }))).pipe(Command.withDescription("dead jobs with their errors (all queues, or one), the newest job (highest id) first"))
 
 export const schedules = Command.make("schedules", { db, json }, ({ db, json }) =>
   onStore(db, Effect.gen(function*() {
