@@ -194,4 +194,15 @@ describe("alkstore CLI", () => {
     expect((await cli(["schedule", "remove", "cli-pg-sweep", "--db", url])).code).toBe(0)
     expect((await cli(["stats", "--db", url])).code).toBe(0)
   })
+
+  it("a password given as ?password= or ?sslpassword= never appears in messages either", async () => {
+    const pg = await cli(["stats", "--db", "postgres://u@127.0.0.1:1/x?password=hunter2&sslmode=disable&sslpassword=keypass"])
+    expect(pg.code).toBe(3)
+    expect(pg.stdout + pg.stderr).not.toContain("hunter2")
+    expect(pg.stdout + pg.stderr).not.toContain("keypass")
+    expect(pg.stderr).toContain("cannot open database postgres://u@127.0.0.1:1/x?password=***&sslmode=disable&sslpassword=***")
+    const upper = await cli(["stats", "--db", "postgresql://u:secret@127.0.0.1:1/x?PASSWORD=hunter2"])
+    expect(upper.code).toBe(3)
+    expect(upper.stdout + upper.stderr).not.toMatch(/hunter2|secret/)
+  })
 })

@@ -16,12 +16,19 @@ export type Target =
 export const parseTarget = (db: string): Target =>
   /^postgres(ql)?:\/\//i.test(db) ? { engine: "postgres", url: db } : { engine: "sqlite", filename: db }
 
-/** How a target is named in messages: a URL without its password. */
+/** Query parameters of a PostgreSQL URL that carry a secret (libpq's names; matched in any case). */
+const secretParams = new Set(["password", "sslpassword"])
+
+/** How a target is named in messages: a URL without its passwords (user info, `?password=`, `?sslpassword=`). */
 export const describeTarget = (target: Target): string => {
   if (target.engine === "sqlite") return target.filename
   try {
     const url = new URL(target.url)
     if (url.password !== "") url.password = "***"
+    if ([...url.searchParams.keys()].some((key) => secretParams.has(key.toLowerCase()))) {
+      const masked = [...url.searchParams].map(([key, value]): [string, string] => [key, secretParams.has(key.toLowerCase()) ? "***" : value])
+      url.search = new URLSearchParams(masked).toString()
+    }
     return url.toString()
   } catch {
     return "postgres://(unparsable URL)"

@@ -11,10 +11,10 @@ import { type Html, layout, segment } from "./html.js"
 import * as Pages from "./pages.js"
 
 /**
- * The dashboard's routes. Every request is validated (ids, queue names,
- * states, limits, notices) before the store is read; writes (requeue, cancel,
- * purge) are POSTs that answer 403 unless the dashboard was started with
- * them allowed, and only from its own pages (same origin).
+ * The dashboard's routes. Every request is validated (its Host first, then
+ * ids, queue names, states, limits, notices) before the store is read; writes
+ * (requeue, cancel, purge) are POSTs that answer 403 unless the dashboard was
+ * started with them allowed, and only from its own pages (same origin).
  */
 
 class HttpFailure extends Data.TaggedError("HttpFailure")<{ readonly status: number; readonly reason: string }> {}
@@ -24,6 +24,42 @@ const bad = (reason: string) => new HttpFailure({ status: 400, reason })
 export interface DashboardOptions {
   readonly writes: boolean
   readonly history: History
+  /** The `Host` values this dashboard answers to (see {@link allowedHosts}); any other is a 421. */
+  readonly hosts: ReadonlySet<string>
+}
+
+/** How a host name or address is written in a `Host` header: lower case, an IPv6 address in brackets. */
+const hostName = (host: string) => {
+  const name = host.trim().toLowerCase()
+  return name.includes(":") && !name.startsWith("[") ? `[${name}]` : name
+}
+
+/**
+ * The `Host` values the dashboard answers to: `localhost`, `127.0.0.1`,
+ * `[::1]` and the address it is bound to (`--host`), each with its port
+ * (also without it on port 80, as browsers send it), and every `--allow-host`
+ * value exactly as given (`name:port`, or a bare name for a proxy on a
+ * default port). Anything else is refused: a DNS-rebinding page (a foreign
+ * name resolving to this machine) sends its own name as Host.
+ */
+export const allowedHosts = (options: {
+  readonly port: number
+  readonly bindHost: string
+  readonly extra: ReadonlyArray<string>
+}): ReadonlySet<string> => {
+  const hosts = new Set<string>()
+  for (const name of ["localhost", "127.0.0.1", "[::1]", hostName(options.bindHost)]) {
+    hosts.add(`${name}:${options.port}`)
+    if (options.port === 80) hosts.add(name)
+  }
+  for (const value of options.extra) hosts.add(value.trim().toLowerCase())
+  return hosts
+}
+
+/** An `Origin` is this dashboard's own when it is `http://` or `https://` (a TLS proxy) and an allowed Host. */
+const originAllowed = (hosts: ReadonlySet<string>, origin: string) => {
+  const match = /^https?:\/\/([^/]+)$/i.exec(origin)
+  return match !== null && hosts.has(match[1]!.toLowerCase())
 }
 
 const securityHeaders = {
@@ -109,17 +145,27 @@ const failure = (writes: boolean, error: { readonly _tag: string }) => {
   )
 }
 
-/** A write: allowed by the flag, and only from this dashboard's own pages. */
-const guardWrite = (writes: boolean) =>
+/**
+ * A write: allowed by the flag, and only from this dashboard's own pages. The
+ * request's Host was checked already (every route's is). Browsers send
+ * Sec-Fetch-Site (a page cannot forge it) and Origin with every POST: the
+ * first must say same-origin, the second name an allowed Host. A POST with
+ * neither comes from no browser (curl, a script): refused too, the CLI is the
+ * tool for scripted repairs.
+ */
+const guardWrite = (writes: boolean, hosts: ReadonlySet<string>) =>
   Effect.gen(function*() {
     if (!writes) return yield* new HttpFailure({ status: 403, reason: "this dashboard is read-only (start it with --allow-writes)" })
     const request = yield* HttpServerRequest.HttpServerRequest
     const site = request.headers["sec-fetch-site"]
     const origin = request.headers["origin"]
-    const host = request.headers["host"]
-    // Browsers send Sec-Fetch-Site (a page cannot forge it); Origin is the check for older ones.
-    const crossSite = site !== undefined ? site !== "same-origin" : origin !== undefined && origin !== `http://${host}`
-    if (crossSite) {
+    if (site === undefined && origin === undefined) {
+      return yield* new HttpFailure({
+        status: 403,
+        reason: "writes are accepted from this dashboard's own pages only (this request sent neither Sec-Fetch-Site nor Origin; for scripts, use the alkstore CLI)"
+      })
+    }
+    if ((site !== undefined && site !== "same-origin") || (origin !== undefined && !originAllowed(hosts, origin))) {
       return yield* new HttpFailure({ status: 403, reason: "writes are accepted from this dashboard's own pages only" })
     }
   })
@@ -133,8 +179,28 @@ const outcome = (result: Admin.RepairOutcome, id: number) =>
     ? Effect.fail(new HttpFailure({ status: 409, reason: result.reason }))
     : Effect.succeed(result.job)
 
-/** The dashboard as an HTTP app. */
-export const makeApp = ({ history, writes }: DashboardOptions) =>
+/** The dashboard as an HTTP app: its routes, behind the Host check. */
+export const makeApp = (options: DashboardOptions) => {
+  const routes = makeRoutes(options)
+  return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const host = request.headers["host"]
+    return host !== undefined && options.hosts.has(host.toLowerCase())
+      ? routes
+      : Effect.succeed(respond(
+        421,
+        layout({
+          writes: options.writes,
+          title: "421",
+          body: Pages.errorPage(
+            421,
+            "this dashboard answers to its own addresses only (localhost, 127.0.0.1, [::1] or its --host, with its port); start it with --allow-host to add a name it is reached by"
+          )
+        })
+      ))
+  })
+}
+
+const makeRoutes = ({ history, hosts, writes }: DashboardOptions) =>
   HttpRouter.empty.pipe(
     HttpRouter.get("/", page(writes, "Queues", Effect.gen(function*() {
       yield* query
@@ -174,19 +240,19 @@ export const makeApp = ({ history, writes }: DashboardOptions) =>
       return { body: Pages.locksPage(locks, yield* Clock.currentTimeMillis) }
     }))),
     HttpRouter.post("/jobs/:id/requeue", Effect.gen(function*() {
-      yield* guardWrite(writes)
+      yield* guardWrite(writes, hosts)
       const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
       yield* Effect.flatMap(Effect.flatMap(Admin.Admin, (admin) => admin.requeue(id)), (r) => outcome(r, id))
       return redirect(`/jobs/${id}?done=requeued`)
     }).pipe(Effect.catchAll((error) => failure(writes, error)))),
     HttpRouter.post("/jobs/:id/cancel", Effect.gen(function*() {
-      yield* guardWrite(writes)
+      yield* guardWrite(writes, hosts)
       const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
       const job = yield* Effect.flatMap(Effect.flatMap(Admin.Admin, (admin) => admin.cancel(id)), (r) => outcome(r, id))
       return redirect(`/queues/${segment(job.queue)}?done=cancelled`)
     }).pipe(Effect.catchAll((error) => failure(writes, error)))),
     HttpRouter.post("/queues/:name/purge", Effect.gen(function*() {
-      yield* guardWrite(writes)
+      yield* guardWrite(writes, hosts)
       const name = yield* Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
       const request = yield* HttpServerRequest.HttpServerRequest
       const form = yield* Effect.mapError(request.urlParamsBody, () => bad("the form could not be read"))
