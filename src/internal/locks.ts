@@ -14,29 +14,61 @@ const ttlFromNow = (ttl: Duration.DurationInput) =>
   Effect.flatMap(durationMillis("ttl", ttl, { positive: true }), (millis) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.as(instantAfter("ttl", now, millis), millis)))
 
+/**
+ * The lease end each handle is known to hold, in epoch millis on the store's
+ * `Clock` (the one every lock statement is judged on: on PostgreSQL the
+ * database-aligned clock): the acquire's stored `expires_at`, then raised by
+ * each renewal that succeeded to the `at + ttl` it sent (storage keeps
+ * `max(expires_at, at + ttl)`, so never past the stored end). A renewal still
+ * in flight, or one whose answer was lost, counts for nothing.
+ */
+interface KnownLease {
+  end: number
+}
+
+const knownLeases = new WeakMap<L.LockHandle, KnownLease>()
+
+/** `handle`'s known lease (every handle here comes from `acquireLock`; any other starts at its `expiresAt`). */
+const knownLease = (handle: L.LockHandle): KnownLease => {
+  let lease = knownLeases.get(handle)
+  if (lease === undefined) {
+    lease = { end: DateTime.toEpochMillis(handle.expiresAt) }
+    knownLeases.set(handle, lease)
+  }
+  return lease
+}
+
 /** Takes `name` for `owner` (names are validated by the caller; the ttl's lease end is in range). */
 export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>
   traced("alkstore.lock.acquire", () => ({ [attr.lock]: name, [attr.owner]: owner }), Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
     const row = yield* storage.acquire(name, owner, now, now + ttlMillis)
-    return Option.map(row, (row): L.LockHandle => ({
-      name,
-      owner,
-      token: row.token,
-      expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
-      renew: (ttl) =>
-        traced("alkstore.lock.renew", spanAttributes(name, owner, row.token), Effect.gen(function*() {
-          const millis = (yield* optionalDurationMillis("ttl", ttl, { positive: true })) ?? ttlMillis
-          const at = yield* Clock.currentTimeMillis
-          return yield* storage.renew(name, owner, row.token, at, yield* instantAfter("ttl", at, millis))
-        }), wonOrLost("renewed")),
-      release: traced(
-        "alkstore.lock.release",
-        spanAttributes(name, owner, row.token),
-        Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at)),
-        wonOrLost("released")
-      )
-    }))
+    return Option.map(row, (row): L.LockHandle => {
+      const lease: KnownLease = { end: row.expires_at }
+      const handle: L.LockHandle = {
+        name,
+        owner,
+        token: row.token,
+        expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
+        renew: (ttl) =>
+          traced("alkstore.lock.renew", spanAttributes(name, owner, row.token), Effect.gen(function*() {
+            const millis = (yield* optionalDurationMillis("ttl", ttl, { positive: true })) ?? ttlMillis
+            const at = yield* Clock.currentTimeMillis
+            const end = yield* instantAfter("ttl", at, millis)
+            const renewed = yield* storage.renew(name, owner, row.token, at, end)
+            if (renewed && end > lease.end) lease.end = end
+            return renewed
+          }), wonOrLost("renewed")),
+        release: traced(
+          "alkstore.lock.release",
+          spanAttributes(name, owner, row.token),
+          Effect.flatMap(Clock.currentTimeMillis, (at) => storage.release(name, owner, row.token, at)),
+          wonOrLost("released")
+        )
+      }
+      knownLeases.set(handle, lease)
+      return handle
+    })
   }), (lock, span) =>
     Option.match(lock, {
       onNone: () => span.attribute(attr.outcome, "unavailable"),
@@ -53,17 +85,59 @@ const spanAttributes = (name: string, owner: string, token: number) => () => ({
 })
 
 /**
+ * How long before the known lease end `keepRenewed` stops vouching for the
+ * lease: a tenth of the ttl, at most a second. It leaves room for the
+ * interruption to land and for another process's clock to run a little ahead
+ * (PostgreSQL's aligned clocks agree within half a measuring round trip).
+ */
+const marginMillis = (ttlMillis: number) => Math.min(1_000, Math.floor(ttlMillis / 10))
+
+/** The instant past which `handle`'s lease is no longer vouched for. */
+const deadlineOf = (handle: L.LockHandle, ttlMillis: number) => knownLease(handle).end - marginMillis(ttlMillis)
+
+/**
+ * Whether `handle`'s lease is still vouched for now: false once its deadline
+ * passed with no successful renewal since.
+ */
+const stillHeld = (handle: L.LockHandle, ttlMillis: number) =>
+  Effect.map(Clock.currentTimeMillis, (now) => now < deadlineOf(handle, ttlMillis))
+
+/** The longest single wait of `lapse`: a day (a JS timer longer than ~24.8 days never fires). */
+const lapseCheckMillis = 86_400_000
+
+/**
+ * Fails with `LockLost` at `handle`'s deadline (the known lease end less the
+ * margin) unless a renewal moved it meanwhile; waits on `Clock` in between.
+ */
+const lapse = (handle: L.LockHandle, ttlMillis: number) =>
+  Effect.gen(function*() {
+    const left = deadlineOf(handle, ttlMillis) - (yield* Clock.currentTimeMillis)
+    if (left <= 0) return yield* Effect.fail(new LockLost({ name: handle.name }))
+    yield* Effect.sleep(Duration.millis(Math.min(left, lapseCheckMillis)))
+  }).pipe(Effect.forever)
+
+/**
  * Renews `handle` every third of its ttl until interrupted; fails with
  * `LockLost` the first time a renewal does not succeed (a storage failure
- * included: the lease can no longer be vouched for).
+ * included: the lease can no longer be vouched for), and at the lease's
+ * deadline (the lease end known to be held, less `marginMillis`) when no
+ * renewal succeeded in time — a renewal that cannot reach the database (a
+ * pool exhausted by the application, a busy SQLite writer, a slow network)
+ * does not hold the lease while another owner may take it. A renewal cut off
+ * that way is interrupted in the background (`Effect.disconnect`), so the
+ * `LockLost` does not wait for a stuck statement to give up.
  */
 export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) =>
-  handle.renew().pipe(
-    Effect.catchAll(() => Effect.succeed(false)),
-    Effect.flatMap((renewed) => (renewed ? Effect.void : Effect.fail(new LockLost({ name: handle.name })))),
-    Effect.repeat(Schedule.spaced(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3))))),
-    Effect.delay(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3)))),
-    Effect.zipRight(Effect.never)
+  Effect.raceFirst(
+    handle.renew().pipe(
+      Effect.catchAll(() => Effect.succeed(false)),
+      Effect.disconnect,
+      Effect.flatMap((renewed) => (renewed ? Effect.void : Effect.fail(new LockLost({ name: handle.name })))),
+      Effect.repeat(Schedule.spaced(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3))))),
+      Effect.delay(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3)))),
+      Effect.zipRight(Effect.never)
+    ),
+    lapse(handle, ttlMillis)
   )
 
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
@@ -93,7 +167,15 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
             onSome: Effect.succeed
           })
         ),
-        (handle) => Effect.raceFirst(effect, keepRenewed(handle, ttlMillis)),
+        (handle) =>
+          Effect.raceFirst(
+            // An effect that ends past the lease's deadline before `lapse` ran (a late timer, a busy event
+            // loop) did not hold the lock throughout: LockLost, never a Success. (Its own failure stands.)
+            Effect.tap(effect, () =>
+              Effect.flatMap(stillHeld(handle, ttlMillis), (held) =>
+                held ? Effect.void : Effect.fail(new LockLost({ name })))),
+            keepRenewed(handle, ttlMillis)
+          ),
         (handle) =>
           handle.release.pipe(
             Effect.catchAll((error) =>

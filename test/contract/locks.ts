@@ -4,10 +4,10 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
+import { Clock, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { Locks } from "../../src/index.js"
 import { type EngineUnderTest, freshFile } from "./harness.js"
-import { lockCount, ms, type StoreServices, advance } from "./support.js"
+import { lockCount, ms, type StoreServices, advance, eventually } from "./support.js"
 
 const acquire = (name: string, opts: Locks.AcquireOpts) => Effect.flatMap(Locks.Locks, (locks) => locks.acquire(name, opts))
 
@@ -28,6 +28,28 @@ const storedRow = (name: string) =>
       sql<{ owner: string; token: number; expires_at: number }>`SELECT owner, token, expires_at FROM __alkstore_locks WHERE name = ${name}`,
       (rows) => rows[0]
     ))
+
+/**
+ * Runs `use` while the application holds the row of lock `name` in a transaction of its own: on
+ * PostgreSQL a row lock (a renewal's UPDATE waits for it), on SQLite the store's one connection (a
+ * renewal waits for it) — a renewal that cannot reach the database, as with a pool the application
+ * exhausted or a busy writer. The transaction ends (rolled back) however `use` ends.
+ */
+const whileRowHeld = <A, E, R>(name: string, use: (stop: Effect.Effect<void>) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const holding = yield* Deferred.make<void>()
+    const stop = yield* Deferred.make<void>()
+    const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+      yield* sql`UPDATE __alkstore_locks SET owner = owner WHERE name = ${name}`
+      yield* Deferred.succeed(holding, undefined)
+      yield* Deferred.await(stop)
+      return yield* Effect.fail("rolled back" as const)
+    })))
+    yield* Deferred.await(holding)
+    const ending = Effect.zipRight(Deferred.succeed(stop, undefined), Effect.asVoid(Fiber.await(holder)))
+    return yield* Effect.ensuring(use(ending), ending)
+  })
 
 export const locksContract = (engine: EngineUnderTest) =>
   describe(`locks — ${engine.name}`, () => {
@@ -324,6 +346,70 @@ export const locksContract = (engine: EngineUnderTest) =>
           yield* sql`UPDATE __alkstore_locks SET owner = 'next', token = token + 1 WHERE name = 'lapsing'`
           yield* advance("10 seconds")
           expect(yield* Effect.flip(Fiber.join(fiber))).toMatchObject({ _tag: "LockLost", name: "lapsing" })
+        })))
+
+      // TestClock.adjust, not `advance`: a renewal stuck on the database keeps a statement in flight,
+      // which `advance` would wait out in real time.
+      it.effect("a renewal that cannot reach the database by the lease's end interrupts the effect: LockLost", () =>
+        run(Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          const started = yield* Deferred.make<void>()
+          const interruptedAt = yield* Ref.make<number | undefined>(undefined)
+          const fiber = yield* Effect.fork(locks.withLock(
+            "stalled",
+            "30 seconds",
+            Effect.zipRight(Deferred.succeed(started, undefined), Effect.as(Effect.sleep("40 seconds"), "done")).pipe(
+              Effect.onInterrupt(() => Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(interruptedAt, now)))
+            )
+          ).pipe(Effect.exit))
+          yield* Deferred.await(started)
+          yield* whileRowHeld("stalled", (stop) =>
+            Effect.gen(function*() {
+              // the renewal due at 10 s (and every later one) waits on the database
+              yield* TestClock.adjust("25 seconds")
+              expect(yield* Ref.get(interruptedAt)).toBeUndefined()
+              expect(fiber.unsafePoll()).toBeNull()
+              // past the lease's end (30 s) with no renewal since the acquire
+              yield* TestClock.adjust("6 seconds")
+              const at = yield* eventually(Effect.map(Ref.get(interruptedAt), (at) => {
+                expect(at, "the guarded effect was interrupted").toBeDefined()
+                return at!
+              }))
+              expect(at).toBeLessThanOrEqual(30_000)
+              expect(at).toBeGreaterThan(20_000)
+              // releasing the lock waits for the row too
+              yield* stop
+            }))
+          const exit = yield* Fiber.join(fiber)
+          expect(yield* Effect.flip(exit)).toMatchObject({ _tag: "LockLost", name: "stalled" })
+          // and it failed with time still at the lease's end + 1 s
+          expect(yield* Clock.currentTimeMillis).toBe(31_000)
+        })))
+
+      it.effect("an effect outlasting its lease while renewals cannot reach the database is never a Success", () =>
+        run(Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          const started = yield* Deferred.make<void>()
+          const finished = yield* Ref.make(false)
+          // it cannot even be interrupted: it runs to its end, 10 s past the lease's
+          const fiber = yield* Effect.fork(locks.withLock(
+            "outlasted",
+            "30 seconds",
+            Effect.uninterruptible(Effect.zipRight(
+              Deferred.succeed(started, undefined),
+              Effect.as(Effect.zipRight(Effect.sleep("40 seconds"), Ref.set(finished, true)), "done")
+            ))
+          ).pipe(Effect.exit))
+          yield* Deferred.await(started)
+          yield* whileRowHeld("outlasted", (stop) =>
+            Effect.gen(function*() {
+              yield* TestClock.adjust("41 seconds")
+              yield* eventually(Effect.map(Ref.get(finished), (done) => expect(done).toBe(true)))
+              yield* stop
+            }))
+          const exit = yield* Fiber.join(fiber)
+          expect(Exit.isSuccess(exit), "withLock succeeded after its lease lapsed").toBe(false)
+          expect(yield* Effect.flip(exit)).toMatchObject({ _tag: "LockLost", name: "outlasted" })
         })))
 
       it.effect("bad names and ttls fail before the effect runs; no outer Scope is needed", () =>
