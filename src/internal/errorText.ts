@@ -1,33 +1,62 @@
 import { Cause } from "effect"
 
 /**
+ * `String(error)`, or — for a value that has no text (`Object.create(null)`,
+ * a throwing `toString`) — its `Object.prototype.toString` tag, else
+ * `"<unprintable error>"`: the text of a failure never throws.
+ */
+const printable = (error: unknown): string => {
+  try {
+    return String(error)
+  } catch {
+    try {
+      return Object.prototype.toString.call(error)
+    } catch {
+      return "<unprintable error>"
+    }
+  }
+}
+
+/**
  * The text stored as a job's `lastError` for a failure (CONTRACT §3): its
  * non-empty `message`, else its `_tag` and fields as JSON, else `String(error)`.
+ * It never throws: a value whose fields throw when read falls back to
+ * `printable`.
  */
 export const failureText = (error: unknown): string => {
   if (typeof error === "object" && error !== null) {
-    const message = (error as { message?: unknown }).message
-    if (typeof message === "string" && message.length > 0) return message
-    const tag = (error as { _tag?: unknown })._tag
-    if (typeof tag === "string") {
-      const fields: Record<string, unknown> = {}
-      for (const key of Object.keys(error)) if (key !== "_tag") fields[key] = (error as Record<string, unknown>)[key]
-      let json: string
-      try {
-        json = JSON.stringify(fields)
-      } catch {
-        json = "{}"
+    try {
+      const message = (error as { message?: unknown }).message
+      if (typeof message === "string" && message.length > 0) return message
+      const tag = (error as { _tag?: unknown })._tag
+      if (typeof tag === "string") {
+        const fields: Record<string, unknown> = {}
+        for (const key of Object.keys(error)) if (key !== "_tag") fields[key] = (error as Record<string, unknown>)[key]
+        let json: string
+        try {
+          json = JSON.stringify(fields)
+        } catch {
+          json = "{}"
+        }
+        return `${tag} ${json}`
       }
-      return `${tag} ${json}`
+    } catch {
+      // a throwing getter: the value's own text, as for one without a message
     }
   }
-  return String(error)
+  return printable(error)
 }
 
-/** The text stored for any cause: a failure's text, or the pretty cause of a defect. */
+/** The text stored for any cause: a failure's text, or the pretty cause of a defect (never throws). */
 export const causeText = <E>(cause: Cause.Cause<E>): string => {
   const failure = Cause.failureOption(cause)
-  return failure._tag === "Some" ? failureText(failure.value) : Cause.pretty(cause)
+  if (failure._tag === "Some") return failureText(failure.value)
+  try {
+    return Cause.pretty(cause)
+  } catch {
+    const defect = Cause.dieOption(cause)
+    return defect._tag === "Some" ? printable(defect.value) : "<unprintable error>"
+  }
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, DateTime, Duration, Effect, Exit, Option, type Tracer } from "effect"
+import { Cause, Clock, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -132,18 +132,32 @@ export const endSpan = (span: Tracer.Span, outcome: string): Effect.Effect<void>
   })
 
 /**
- * The outcome of a handler on its claim: success acks, interruption alone
- * releases (no attempt spent), any other failure or defect retries on the
- * curve with its text.
+ * The outcome of a handler on its claim, settled from the fiber that ran it
+ * (a worker, or `runOnce`): success acks; an interruption alone releases (no
+ * attempt spent) when it is this fiber's own, its stop; any other failure or
+ * defect retries on the curve with its text — and so does a handler that
+ * ended in an interruption of its own (`Effect.interrupt`, the join of an
+ * interrupted child) while nobody stopped the fiber, as `"interrupted"`:
+ * released, it would be claimed again at once, for ever, never spending an
+ * attempt.
  */
 export const settle = <A, E>(
   handle: Q.JobHandle<A>,
   exit: Exit.Exit<void, E>
 ): Effect.Effect<Outcome, InvalidOptions | SqlError> => {
   if (Exit.isSuccess(exit)) return Effect.map(handle.ack, (ok) => (ok ? "acked" : "lost"))
-  if (Cause.isInterruptedOnly(exit.cause)) return Effect.map(handle.release, (ok) => (ok ? "released" : "lost"))
+  if (Cause.isInterruptedOnly(exit.cause)) {
+    return Effect.withFiberRuntime((fiber) =>
+      Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))
+        ? handle.retry(interruptedText)
+        : Effect.map(handle.release, (ok) => (ok ? "released" : "lost"))
+    )
+  }
   return handle.retry(causeText(exit.cause))
 }
+
+/** The `lastError` of a handler that ended in its own interruption. */
+const interruptedText = "interrupted"
 
 /** A claim's span attributes. */
 export const jobAttributes = (queueName: string, row: JobRow): Attributes => ({

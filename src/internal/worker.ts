@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, Context, Duration, Effect, Exit, type Fiber, Option, Schedule, type Tracer } from "effect"
+import { Clock, Context, Duration, Effect, Exit, Fiber, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
@@ -85,19 +85,33 @@ export const makeProcess = <A>(
     })
 
   /**
-   * Runs `effect` with its claim's lease extended every third of the
-   * visibility timeout until it ends. The beat is a raced fiber that must be
-   * interruptible whatever the caller's region (a worker runs under
-   * `uninterruptibleMask`): else the race could never stop it when `effect`
-   * ends, and the worker would hang on a lease renewed forever.
+   * The exit of `effect` (the handler, interruptible through the worker's
+   * `restore`), run with its claim's lease extended every third of the
+   * visibility timeout until that exit is known. The beat is a fiber of its
+   * own, outside the worker's children and interruptible whatever the
+   * caller's region (a worker runs under `uninterruptibleMask`): a stop that
+   * interrupts the worker while its handler cannot be interrupted (an
+   * uninterruptible handler) waits for the handler with the lease still kept,
+   * and the beat ends only once the handler has. A beat that fails (a
+   * `SqlError`: busy past its patience, a killed connection) is logged, and
+   * the next one comes on the schedule; the beating stops early only when a
+   * heartbeat finds the claim lost.
    */
   const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
     const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
-    const beat = handle.heartbeat().pipe(
-      Effect.repeat({ schedule: Schedule.spaced(every), while: (alive) => alive }),
-      Effect.ignore
+    const beatOnce = Effect.catchAllCause(handle.heartbeat(), (cause) =>
+      Effect.as(
+        Effect.logWarning(
+          `alkstore: a heartbeat of job ${handle.job.id} of ${name} failed; the next one comes on schedule`,
+          cause
+        ),
+        true
+      ))
+    const beat = Effect.repeat(Effect.delay(beatOnce, every), { while: (alive) => alive })
+    return Effect.flatMap(
+      Effect.forkDaemon(Effect.interruptible(beat)),
+      (beating) => Effect.zipLeft(Effect.exit(effect), Fiber.interrupt(beating))
     )
-    return Effect.raceFirst(effect, Effect.interruptible(Effect.zipRight(Effect.delay(beat, every), Effect.never)))
   }
 
   const workerRetry = transientRetry({
@@ -139,12 +153,13 @@ export const makeProcess = <A>(
           handle: ClaimHandle<A>,
           span: Tracer.Span | undefined
         ): Effect.Effect<Option.Option<ClaimHandle<A>>, InvalidOptions | SqlError, R> => {
-          // The handler, with its heartbeat when asked, runs interruptible: the worker's
-          // interruption reaches it (and the beat) and its claim is then released.
-          const work = Effect.suspend(() => handler(handle.job, handle))
-          const run = restore(opts?.heartbeat === true ? withHeartbeat(handle, work) : work)
+          // The handler runs interruptible: the worker's interruption reaches it, and its claim is
+          // then released (see `settle`). Its exit is taken in the worker's region, and its
+          // heartbeat, when asked, lasts until that exit is known (see `withHeartbeat`).
+          const work = restore(Effect.suspend(() => handler(handle.job, handle)))
+          const run = opts?.heartbeat === true ? withHeartbeat(handle, work) : Effect.exit(work)
           const started = nowOf(fiber)
-          return Effect.flatMap(Effect.exit(run), (exit) => {
+          return Effect.flatMap(run, (exit) => {
             m.handler(nowOf(fiber) - started)
             if (Exit.isSuccess(exit)) {
               return ackThenClaim(
