@@ -5,6 +5,7 @@ import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { positiveCount, validateText } from "./options.js"
+import { realClock } from "./realClock.js"
 import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
 import type { TakeOptions } from "./queue.js"
@@ -14,6 +15,22 @@ const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
   Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
+
+/**
+ * How long a worker may run jobs back to back without the event loop getting
+ * a turn. A drain whose every step runs in place (SQLite's fused ack + claim,
+ * a handler that does not wait) never reaches a real asynchronous boundary,
+ * and Effect's scheduler hands the loop a macrotask only after millions of
+ * operations: 100 000 jobs held timers and I/O for 3.0-3.6 s, so the host's
+ * heartbeats, lock renewals and leader lease missed their beats.
+ */
+const turnEveryMillis = 10
+
+/** One macrotask hop: timers and I/O due meanwhile run before the worker goes on. */
+const eventLoopTurn = Effect.async<void>((resume) => {
+  const pending = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(pending))
+})
 
 /** What a queue's worker is built from (src/internal/queue.ts). */
 export interface WorkerParts<A> {
@@ -131,6 +148,15 @@ export const makeProcess = <A>(
       const worker = Effect.uninterruptibleMask((restore) => {
         // Set when this worker's last step claimed nothing; its next take starts from it.
         let quiet: Quiet | undefined
+        // When this worker last gave the event loop a turn (see `turnEveryMillis`); a job handed
+        // on in place after longer than that waits for one first. Real time: it is the event loop's.
+        let turnAt = realClock.unsafeCurrentTimeMillis()
+        const next = (handle: ClaimHandle<A>) => {
+          const now = realClock.unsafeCurrentTimeMillis()
+          if (now - turnAt < turnEveryMillis) return Effect.flatMap(runOne(handle), loop)
+          turnAt = now
+          return Effect.zipRight(eventLoopTurn, Effect.flatMap(runOne(handle), loop))
+        }
         const onEmpty = (q: Quiet) => {
           quiet = q
         }
@@ -178,9 +204,9 @@ export const makeProcess = <A>(
         // A claim in hand always runs (or is released, when interrupted); with
         // none, `restore(Effect.void)` is where a pending interruption stops the
         // worker before it claims again.
-        const loop = (next: Option.Option<ClaimHandle<A>>): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
-          Option.isSome(next)
-            ? Effect.flatMap(runOne(next.value), loop)
+        const loop = (following: Option.Option<ClaimHandle<A>>): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
+          Option.isSome(following)
+            ? next(following.value)
             : restore(Effect.void).pipe(
               Effect.zipRight(Effect.suspend(() => {
                 const since = quiet
