@@ -1,12 +1,14 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import type * as S from "../Scheduler.js"
+import type { LockHandle } from "../Locks.js"
 import { type DatabaseReplaced, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
 import { optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
 import { queueDefaults, safeInteger, validateText } from "./options.js"
+import { patienceCapMillis } from "./patience.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queues.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
@@ -100,6 +102,12 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
     }
   })
 
+/**
+ * How long (real time) the lease release of a stopping runner waits out a
+ * busy SQLite file before leaving the lease to lapse with its ttl.
+ */
+const releasePatienceMillis = 1_000
+
 /** Counts a leadership change of this process's runner: `acquired`, `released` or `lost`. */
 const leadershipChange = (change: "acquired" | "released" | "lost") => Effect.sync(() => countLeadership(change))
 
@@ -186,37 +194,56 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
   /** Leads until the lease is found gone or a tick or maintenance fails. */
   const lead = (owner: string, token: number) => Effect.raceFirst(ticking(owner, token), maintaining)
 
+  /**
+   * Gives the lease up when a tenure ends (stopped, or its leadership ended),
+   * best effort: it lapses with its ttl anyway, so a busy SQLite file is
+   * waited out only briefly here, not for the store's whole patience (a stop
+   * must not wait on it). The cap is real time, so it ends under `TestClock`.
+   */
+  const letGo = (lease: LockHandle) =>
+    lease.release.pipe(
+      Effect.tap((released) =>
+        released
+          ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
+          : Effect.void
+      ),
+      Effect.catchAll((error) =>
+        Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
+      ),
+      Effect.locally(patienceCapMillis, releasePatienceMillis)
+    )
+
+  /**
+   * Takes the lease, then leads while keeping it renewed. Stopping is
+   * interrupting, at any point: the acquire (which may be waiting out a busy
+   * file or a connection) is interruptible, and the release is in place before
+   * it starts, so a lease once taken is always given up. (Only a lease taken in
+   * the few steps between its write and its handle, or by a PostgreSQL
+   * statement cut short, is left to lapse with its ttl.)
+   */
   const runSchedules: S.SchedulerShape["runSchedules"] = Effect.suspend(() => {
     const owner = `${engine.instanceId}:scheduler:${++runners}`
-    return Effect.acquireUseRelease(
-      Effect.flatMap(
-        acquireLock(engine.locks, schedulerLockName, owner, settings.leaderTtlMillis),
-        Option.match({
-          onNone: () => Effect.fail(new LeadershipLost({ owner })),
-          onSome: (lease) => Effect.as(leadershipChange("acquired"), lease)
-        })
-      ),
-      (lease) =>
-        Effect.raceFirst(
-          lead(owner, lease.token),
-          // `keepRenewed` renews every third of what it is given; never less often than
-          // three times per lease, so a short `leaderTtl` alone cannot lapse the lease.
-          keepRenewed(lease, Math.min(settings.leaderRenewMillis * 3, settings.leaderTtlMillis)).pipe(
-            Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
+    let taken: LockHandle | undefined
+    return Effect.flatMap(
+      acquireLock(engine.locks, schedulerLockName, owner, settings.leaderTtlMillis),
+      Option.match({
+        onNone: () => Effect.fail(new LeadershipLost({ owner })),
+        onSome: (lease) => {
+          taken = lease
+          return leadershipChange("acquired").pipe(
+            Effect.zipRight(Effect.raceFirst(
+              lead(owner, lease.token),
+              // `keepRenewed` renews every third of what it is given; never less often than
+              // three times per lease, so a short `leaderTtl` alone cannot lapse the lease.
+              keepRenewed(lease, Math.min(settings.leaderRenewMillis * 3, settings.leaderTtlMillis)).pipe(
+                Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
+              )
+            )),
+            Effect.tapErrorTag("LeadershipLost", () => leadershipChange("lost"))
           )
-        ).pipe(Effect.tapErrorTag("LeadershipLost", () => leadershipChange("lost"))),
-      (lease) =>
-        lease.release.pipe(
-          Effect.tap((released) =>
-            released
-              ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
-              : Effect.void
-          ),
-          Effect.catchAll((error) =>
-            Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
-          )
-        )
-    )
+        }
+      })
+    ).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(taken)))))
   }).pipe(Effect.withSpan("alkstore.scheduler.lead")) as S.SchedulerShape["runSchedules"]
 
   const halfTtl = Math.max(1, Math.floor(settings.leaderTtlMillis / 2))

@@ -72,6 +72,9 @@ const beginFailed = (error: SqlError): SqlError =>
  * a failed BEGIN (SQLITE_BUSY) is retried and then surfaces as that
  * `SqlError` rather than as the defect of a ROLLBACK with no transaction, and
  * a failed COMMIT is a typed `SqlError` after rolling back, not a defect.
+ * Waiting for the connection and waiting out a busy BEGIN are interruptible
+ * (where the caller is); the body runs as the caller's region does, and the
+ * COMMIT or ROLLBACK after it always runs.
  */
 export const makeImmediateTransaction = (options: {
   /** Takes the connection exclusively; the effect returned releases it. */
@@ -183,9 +186,18 @@ export const makeImmediateTransaction = (options: {
             )
           })
         )
-        return options.retryBusy(exec(conn, options.begin ?? "BEGIN IMMEDIATE")).pipe(
-          Effect.mapError(beginFailed),
-          Effect.zipRight(body),
+        // The BEGIN waits out a busy file interruptibly (its waits are Effect sleeps, see
+        // `busy.ts`), so a stop does not sit out the store's patience. Everything after it
+        // is uninterruptible again until the body's COMMIT or ROLLBACK is in place. An
+        // interrupted BEGIN normally opened nothing (its last attempt was busy), but the
+        // interruption may also be seen just after a BEGIN that succeeded: then the ROLLBACK
+        // ends that transaction, and otherwise fails harmlessly ("no transaction is active").
+        return Effect.exit(restore(options.retryBusy(exec(conn, options.begin ?? "BEGIN IMMEDIATE")))).pipe(
+          Effect.flatMap((begun): Effect.Effect<A, E | SqlError, R> => {
+            if (Exit.isSuccess(begun)) return body
+            if (Cause.isInterrupted(begun.cause)) return Effect.zipRight(Effect.ignore(rollback), Effect.failCause(begun.cause))
+            return Effect.failCause(Cause.map(begun.cause, beginFailed))
+          }),
           Effect.ensuring(release)
         )
       })
