@@ -18,14 +18,14 @@ import { advance, eventually, settle as settleStore } from "./support.js"
 const Item = Schema.Struct({ n: Schema.BigInt })
 
 const realClock = Clock.make()
-const settle = Effect.gen(function*() {
+export const settle = Effect.gen(function*() {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
   yield* Effect.sleep(Duration.millis(20)).pipe(Effect.withClock(realClock))
   yield* settleStore
 })
 
 /** The take is still waiting after the store had every chance to deliver (a second of TestClock, real time to settle). */
-const notDelivered = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+export const notDelivered = <A, E>(fiber: Fiber.Fiber<A, E>) =>
   Effect.gen(function*() {
     yield* settle
     yield* advance("1 second")
@@ -35,7 +35,7 @@ const notDelivered = <A, E>(fiber: Fiber.Fiber<A, E>) =>
 
 const queueOf = (name: string) => PersistedQueue.make({ name, schema: Item })
 
-const stats = (name: string) => Effect.flatMap(Effect.flatMap(Queues.Queues, (q) => q.queue(name)), (q) => q.stats)
+export const stats = (name: string) => Effect.flatMap(Effect.flatMap(Queues.Queues, (q) => q.queue(name)), (q) => q.stats)
 
 export const persistedQueueContract = (engine: EngineUnderTest) =>
   describe(`PersistedQueue over EffectStores — ${engine.name}`, () => {

@@ -6,6 +6,7 @@ import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
 import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
+import { jsonProblem } from "../payload.js"
 import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
 import { Backing, type BackingShape } from "./backing.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
@@ -25,9 +26,11 @@ import {
 export interface PersistedQueueStoreOptions {
   /**
    * The lease of a taken element: while its take's scope is open it is
-   * renewed every third of this; when the process dies, the element is
-   * taken again this long after the last renewal. Default 2 minutes (as
-   * `@effect/sql`'s store's lock expiration).
+   * renewed every third of this, to this long from then; when the process
+   * dies, the element is taken again this long after the last renewal.
+   * Default 2 minutes (as `@effect/sql`'s store's lock expiration). The
+   * taking store's value governs a claim: an element offered by a store
+   * with a shorter one is extended to this at once when taken.
    */
   readonly visibilityTimeout?: Duration.DurationInput
 }
@@ -45,6 +48,38 @@ const isStored = (payload: unknown): payload is Stored =>
 const unlimited = Number.MAX_SAFE_INTEGER
 
 const failure = (message: string) => (cause: unknown) => new PersistedQueue.PersistedQueueError({ message, cause })
+
+/**
+ * A take's `maxAttempts`: a whole number of at least 1, or `Infinity` (Effect's
+ * memory store retries for ever then). Anything else (0 would bury every
+ * element as it is claimed) fails the take before anything is claimed.
+ */
+const isMaxAttempts = (maxAttempts: number) =>
+  Number.isSafeInteger(maxAttempts) ? maxAttempts >= 1 : maxAttempts === Number.POSITIVE_INFINITY
+
+const invalidMaxAttempts = (maxAttempts: unknown) =>
+  Effect.fail(failure(`invalid maxAttempts ${String(maxAttempts)}`)(
+    new InvalidOptions({ field: "maxAttempts", reason: "must be a whole number of at least 1, or Infinity" })
+  ))
+
+/**
+ * The element as JSON keeps it. Effect's stores take an encoded element
+ * whose object properties are `undefined` (the memory store keeps them,
+ * `@effect/sql`'s stringifies them away), which the payload codec refuses:
+ * such an element is stored without them. Any other element is passed on
+ * as it is (no copy), for the codec to take or refuse (`undefined` in an
+ * array or as the element, `NaN`, instances, cycles).
+ */
+const storedElement = (element: unknown): unknown => {
+  try {
+    return jsonProblem(element) === undefined || jsonProblem(element, { dropUndefinedProperties: true }) !== undefined
+      ? element
+      : JSON.parse(JSON.stringify(element))
+  } catch {
+    // A throwing getter: the codec reports it.
+    return element
+  }
+}
 
 /**
  * `@effect/experimental`'s `PersistedQueueStore` over alkstore's queues.
@@ -75,12 +110,14 @@ export const make = (
   Effect.gen(function*() {
     const visibility = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibility)) return yield* visibility
-    const visibilityTimeout = Duration.millis(visibility ?? 120_000)
+    const visibilityMillis = visibility ?? 120_000
+    const visibilityTimeout = Duration.millis(visibilityMillis)
     const queues = yield* Queues
     const backing = yield* Backing
     const workerId = `persisted-queue:${crypto.randomUUID()}`
     const open = new Set<Q.JobHandle<Stored>>()
-    yield* renewEvery(open, Math.max(1, Duration.toMillis(visibilityTimeout) / 3))
+    const renew = renewal(open, visibilityTimeout)
+    yield* renewEvery(open, renew, Math.max(1, visibilityMillis / 3))
 
     // Takes holding an element: whether a claim or a settle may have company (others would settle soon).
     const othersHolding = () => open.size > 0
@@ -103,7 +140,7 @@ export const make = (
     const offer = ({ element, id, isCustomId, name }: Parameters<PersistedQueue.PersistedQueueStore["Type"]["offer"]>[0]) =>
       Effect.gen(function*() {
         const { queue } = yield* knownOf(name)
-        const payload: Stored = { id, element }
+        const payload: Stored = { id, element: storedElement(element) }
         if (!isCustomId) return yield* queue.enqueue(payload)
         const invalid = checkText("id", id)
         if (invalid !== undefined) return yield* invalid
@@ -121,7 +158,7 @@ export const make = (
       )
 
     const take = ({ maxAttempts, name }: { readonly name: string; readonly maxAttempts: number }) =>
-      Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) => {
+      !isMaxAttempts(maxAttempts) ? invalidMaxAttempts(maxAttempts) : Effect.checkInterruptible((callerInterruptible) => Effect.uninterruptibleMask((restore) => {
         const takeOf = (entry: Known): Effect.Effect<Taken, PersistedQueue.PersistedQueueError> => {
           // Whether this take waited: a take that found its element at once prefetches the next (see `settle`).
           let waited = false
@@ -166,10 +203,12 @@ export const make = (
                 open.delete(handle)
                 return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
               }) as Effect.Effect<void>
-            return Effect.as(
-              Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer),
-              { id: payload.id, attempts, element: payload.element }
-            )
+            const registered = Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer)
+            const taken: Taken = { id: payload.id, attempts, element: payload.element }
+            // The claim's lease is the one stamped at offer (the offering store's): when shorter than this
+            // store's, it could lapse before the first renewal, so it is extended to this store's now.
+            if (leaseMillis(handle) >= visibilityMillis) return Effect.as(registered, taken)
+            return Effect.as(Effect.zipRight(registered, renew(handle)), taken)
           }
           return look
         }
@@ -254,20 +293,36 @@ const settleGroup = (backing: BackingShape, othersAround: () => boolean): GroupC
     { othersAround, probeEvery: gatherProbe }
   )
 
+/** The lease a claim was made with: its job's visibility timeout, stamped at offer (read off the row when there is one). */
+const leaseMillis = (handle: Q.JobHandle<Stored>): number => {
+  const row = (handle as Partial<Held>).row
+  return row !== undefined ? row.visibility_timeout : Duration.toMillis(handle.job.visibilityTimeout)
+}
+
+/**
+ * One claim's renewal: its lease pushed to now + the store's visibility
+ * timeout (not the job's own, stamped by whichever store offered it: the
+ * renewals run every third of the store's). A claim found lost is dropped
+ * from the set; a failure is logged (the next renewal tries again).
+ */
+const renewal = (open: Set<Q.JobHandle<Stored>>, visibilityTimeout: Duration.Duration) => (handle: Q.JobHandle<Stored>) =>
+  handle.heartbeat(visibilityTimeout).pipe(
+    Effect.tap((alive) => (alive ? Effect.void : Effect.sync(() => open.delete(handle)))),
+    Effect.catchAll((error) => Effect.logWarning("alkstore: renewing a persisted queue claim failed", error)),
+    Effect.asVoid
+  )
+
 /**
  * One renewal loop per store for every open take (as `@effect/sql`'s store
  * refreshes its locks): a fiber per take would cost more than the take.
- * Each claim's lease is pushed to now + its visibility timeout every third
- * of the store's; a claim found lost is dropped from the set.
+ * Each claim is renewed (`renewal`) every third of the store's visibility timeout.
  */
-const renewEvery = (open: Set<Q.JobHandle<Stored>>, everyMillis: number) => {
-  const renewAll = Effect.suspend(() =>
-    Effect.forEach([...open], (handle) =>
-      handle.heartbeat().pipe(
-        Effect.tap((alive) => (alive ? Effect.void : Effect.sync(() => open.delete(handle)))),
-        Effect.catchAll((error) => Effect.logWarning("alkstore: renewing a persisted queue claim failed", error))
-      ), { discard: true })
-  )
+const renewEvery = (
+  open: Set<Q.JobHandle<Stored>>,
+  renew: (handle: Q.JobHandle<Stored>) => Effect.Effect<void>,
+  everyMillis: number
+) => {
+  const renewAll = Effect.suspend(() => Effect.forEach([...open], renew, { discard: true }))
   return Effect.forkScoped(Effect.interruptible(Effect.repeat(Effect.delay(renewAll, everyMillis), Schedule.forever)))
 }
 
