@@ -89,7 +89,12 @@ describe("operator tools on PostgreSQL", () => {
     expect(jobPage).toContain(`<code>${ids.deadEmailTrace.traceId}</code>`)
     expect(await page("/locks")).toContain("host-a:1234")
 
-    const requeued = await fetch(`${base}/jobs/${ids.deadReport}/requeue`, { method: "POST", redirect: "manual" })
+    // As the dashboard's own page posts (a POST with neither Sec-Fetch-Site nor Origin is refused).
+    const requeued = await fetch(`${base}/jobs/${ids.deadReport}/requeue`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { "sec-fetch-site": "same-origin" }
+    })
     expect([requeued.status, requeued.headers.get("location")]).toEqual([303, `/jobs/${ids.deadReport}?done=requeued`])
     expect(await page(`/jobs/${ids.deadReport}?done=requeued`)).toContain("state-pending")
     expect((await json(["job", String(ids.deadReport)])).state).toBe("pending")
