@@ -288,8 +288,44 @@ export const makeHandles = <A>(
    * Handles for claimed rows (counted: claims, lapses, the wait since due);
    * the candidates a claim met dead are only counted. A row that fails its
    * Schema goes to dead with the decode error.
+   *
+   * A claim stamps its lease from the instant it read the clock (`at`),
+   * before it waited for the write lock (a busy SQLite file, a pool
+   * connection): that wait came off the lease, and a long one left a handle
+   * whose job another worker could take at once. So no claim is handed out
+   * with less than half its visibility timeout left: such a row is renewed
+   * first (its lease pushed to now + its visibility timeout), and one lost
+   * meanwhile (`lost`: another worker took the lapsed job) is dropped. The
+   * check is arithmetic on the rows; the common claim writes nothing more.
    */
-  const toHandles = (rows: ReadonlyArray<JobRow>, at: number) => {
+  const toHandles = (
+    rows: ReadonlyArray<JobRow>,
+    at: number,
+    /** The clock's time after the claim returned. */
+    current: number
+  ): Effect.Effect<{ handles: Array<ClaimHandle<A>>; buried: number; lost: number }, SqlError> => {
+    const isStale = (row: JobRow) =>
+      row.state === "claimed" && row.claimed_until !== null && row.claimed_until - current < row.visibility_timeout / 2
+    if (!rows.some(isStale)) return handlesOf(rows, at, 0)
+    return Effect.flatMap(
+      Effect.forEach(rows.filter(isStale), (row) => {
+        const until = current + row.visibility_timeout
+        return Effect.map(storage.heartbeat({ id: row.id, token: row.claim_token }, until), (kept) => [row, kept ? until : null] as const)
+      }),
+      (renewals) => {
+        const renewed = new Map(renewals)
+        const kept: Array<JobRow> = []
+        for (const row of rows) {
+          const until = renewed.get(row)
+          if (until === undefined) kept.push(row)
+          else if (until !== null) kept.push({ ...row, claimed_until: until })
+        }
+        return handlesOf(kept, at, rows.length - kept.length)
+      }
+    )
+  }
+
+  const handlesOf = (rows: ReadonlyArray<JobRow>, at: number, lost: number) => {
     const handles: Array<ClaimHandle<A>> = []
     const undecodable: Array<[JobRow, InvalidPayload]> = []
     for (const row of rows) {
@@ -305,13 +341,13 @@ export const makeHandles = <A>(
       else handles.push(new Handle(row, payload))
     }
     if (handles.length > 0) m.claimed(handles.length)
-    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0 })
+    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0, lost })
     return Effect.as(
       Effect.forEach(undecodable, ([row, error]) =>
         Effect.map(storage.bury({ id: row.id, token: row.claim_token }, at, error.reason), (buried) => {
           if (buried) m.dead(1)
         })),
-      { handles, buried: undecodable.length }
+      { handles, buried: undecodable.length, lost }
     )
   }
 

@@ -124,17 +124,19 @@ export const makeQueue = <A>(
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {
-      const at = nowOf(fiber)
+      // A round that met rows it could not hand out (buried, or lost while renewed) claims again, from now.
       const round = (
         collected: ReadonlyArray<ClaimHandle<A>>
-      ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
-        storage.claim(name, workerId, at, n - collected.length).pipe(
-          Effect.flatMap((rows) => toHandles(rows, at)),
-          Effect.flatMap(({ buried, handles }) => {
+      ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> => {
+        const at = nowOf(fiber)
+        return storage.claim(name, workerId, at, n - collected.length).pipe(
+          Effect.flatMap((rows) => toHandles(rows, at, nowOf(fiber))),
+          Effect.flatMap(({ buried, handles, lost }) => {
             const all = collected.length === 0 ? handles : [...collected, ...handles]
-            return buried > 0 && all.length < n ? round(all) : Effect.succeed(all)
+            return buried + lost > 0 && all.length < n ? round(all) : Effect.succeed(all)
           })
         )
+      }
       return round([])
     })
 

@@ -6,7 +6,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import Sqlite from "better-sqlite3"
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Clock, Effect, Exit, Option } from "effect"
 import { Queues } from "../../src/index.js"
 import { type EngineUnderTest, freshFile } from "./harness.js"
 
@@ -84,6 +84,32 @@ export const busyContract = (engine: EngineUnderTest) =>
         holdFor(100)
         expect(yield* queue.ackAll(handles)).toEqual([true, true, true])
         expect((yield* queue.stats).pending + (yield* queue.stats).claimed).toBe(0)
+      }).pipe(Effect.provide(engine.store({ filename, busyPatience: "5 seconds" })))
+    })
+
+    it.live("a claim that waited out a lock longer than its lease hands out a renewed lease, which no other worker can take", () => {
+      const filename = freshFile("busy-claim")
+      return Effect.gen(function*() {
+        yield* shortBusyTimeout
+        const queue = yield* (yield* Queues.Queues).queue("busy-claim", { visibilityTimeout: "1 second" })
+        yield* queue.enqueue({ n: 1 })
+        // The claim reads the clock, then waits 1.5 s for the write lock: its lease, stamped from before the wait, has lapsed.
+        const other = new Sqlite(filename)
+        other.prepare("BEGIN IMMEDIATE").run()
+        setTimeout(() => {
+          other.prepare("COMMIT").run()
+          other.close()
+        }, 1500)
+        const first = yield* queue.claim("w1")
+        expect(Option.isSome(first)).toBe(true)
+        const handle = Option.getOrThrow(first)
+        const now = yield* Clock.currentTimeMillis
+        const until = Option.getOrThrow(handle.job.claimedUntil).epochMillis
+        // Renewed before it was handed out: a whole visibility timeout from (about) now.
+        expect(until - now).toBeGreaterThan(900)
+        // Before: another worker took the job at once, while the first held its fresh handle.
+        expect(Option.isNone(yield* queue.claim("w2"))).toBe(true)
+        expect(yield* handle.ack).toBe(true)
       }).pipe(Effect.provide(engine.store({ filename, busyPatience: "5 seconds" })))
     })
   })
