@@ -25,6 +25,16 @@ const whileLocked = <A, E, R>(filename: string, effect: Effect.Effect<A, E, R>) 
     })
   )
 
+/** Holds `BEGIN IMMEDIATE` on `filename` from a second connection for `millis` of real time, from now. */
+const holdFor = (filename: string, millis: number) => {
+  const other = new Sqlite(filename)
+  other.prepare("BEGIN IMMEDIATE").run()
+  setTimeout(() => {
+    other.prepare("COMMIT").run()
+    other.close()
+  }, millis)
+}
+
 /**
  * A foreign client keeps its own busy_timeout (better-sqlite3's default blocks
  * the event loop up to 5 s per attempt); the store's own connection uses 5 ms.
@@ -68,20 +78,12 @@ export const busyContract = (engine: EngineUnderTest) =>
         expect(ids.length).toBe(2)
         expect((yield* queue.stats).pending).toBe(2)
         // every hot path: a single enqueue, a claim, a batch ack, each meeting another connection's lock
-        const holdFor = (millis: number) => {
-          const other = new Sqlite(filename)
-          other.prepare("BEGIN IMMEDIATE").run()
-          setTimeout(() => {
-            other.prepare("COMMIT").run()
-            other.close()
-          }, millis)
-        }
-        holdFor(100)
+        holdFor(filename, 100)
         yield* queue.enqueue({ n: 3 })
-        holdFor(100)
+        holdFor(filename, 100)
         const handles = yield* queue.claimBatch("w", 3)
         expect(handles.length).toBe(3)
-        holdFor(100)
+        holdFor(filename, 100)
         expect(yield* queue.ackAll(handles)).toEqual([true, true, true])
         expect((yield* queue.stats).pending + (yield* queue.stats).claimed).toBe(0)
       }).pipe(Effect.provide(engine.store({ filename, busyPatience: "5 seconds" })))
@@ -94,12 +96,7 @@ export const busyContract = (engine: EngineUnderTest) =>
         const queue = yield* (yield* Queues.Queues).queue("busy-claim", { visibilityTimeout: "1 second" })
         yield* queue.enqueue({ n: 1 })
         // The claim reads the clock, then waits 1.5 s for the write lock: its lease, stamped from before the wait, has lapsed.
-        const other = new Sqlite(filename)
-        other.prepare("BEGIN IMMEDIATE").run()
-        setTimeout(() => {
-          other.prepare("COMMIT").run()
-          other.close()
-        }, 1500)
+        holdFor(filename, 1500)
         const first = yield* queue.claim("w1")
         expect(Option.isSome(first)).toBe(true)
         const handle = Option.getOrThrow(first)
