@@ -115,6 +115,25 @@ export const persistedQueueElementsContract = (engine: EngineUnderTest) =>
         yield* Fiber.join(first)
       }), { visibilityTimeout: "30 seconds" }))
 
+    it.effect("a take whose store closes while its handler runs ends under a TestClock nobody moves (its settle waits real time)", () =>
+      Effect.gen(function*() {
+        const taken = yield* Deferred.make<void>()
+        // The store's scope closes with the take in its handler (as when a test's assertion fails):
+        // the store goes first, then the take is interrupted and its release fails and is retried.
+        const closing = Effect.scoped(Effect.gen(function*() {
+          const queue = yield* PersistedQueue.make({ name: "closing", schema: Item })
+          yield* queue.offer({ n: 1 })
+          yield* Effect.fork(queue.take(() => Effect.zipRight(Deferred.succeed(taken, undefined), Effect.never)))
+          yield* Deferred.await(taken)
+        }).pipe(Effect.provide(layer())))
+        const outcome = yield* Effect.raceFirst(
+          Effect.disconnect(Effect.as(closing, "closed" as const)),
+          Effect.as(Effect.withClock(Effect.sleep("10 seconds"), Clock.make()), "hung" as const)
+        )
+        // Before: the release's retries slept on the TestClock, and the close never ended.
+        expect(outcome).toBe("closed")
+      }))
+
     it.effect("an encoded element's undefined object properties are left out, at any depth, as JSON leaves them out", () =>
       run(Effect.gen(function*() {
         const Mail = Schema.Struct({

@@ -8,6 +8,7 @@ import { checkOptionalDuration, isInvalid } from "../duration.js"
 import { checkText } from "../options.js"
 import { jsonProblem } from "../payload.js"
 import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queue.js"
+import { realClock } from "../realClock.js"
 import { Backing, type BackingShape } from "./backing.js"
 import { type GroupCommit, makeGroupCommit } from "./groupCommit.js"
 import { makePrefetch } from "./prefetch.js"
@@ -327,6 +328,19 @@ const renewEvery = (
 }
 
 /**
+ * `effect`, tried again 50, 100 and 200 ms after each failure (four tries in
+ * all). Real time, whatever `Clock` the take runs under: the waits pace a
+ * storage failure, not contract time, and under a `TestClock` nobody moves
+ * they would never end (a take interrupted after its store closed hung its
+ * scope's close). Only the waits: the settle itself reads the caller's clock.
+ */
+const retriedOnRealTime = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  [50, 100, 200].reduce(
+    (tried, millis) => Effect.catchAll(tried, () => Effect.zipRight(Effect.withClock(Effect.sleep(millis), realClock), effect)),
+    effect
+  )
+
+/**
  * The settlement of a take's own element, when its scope closes: a failure
  * that outlived the retries is the take's `PersistedQueueError` (the lease
  * brings the element back). A failed group commit is retried by itself (the
@@ -339,7 +353,7 @@ const reported = (settles: GroupCommit<Settlement, unknown, InvalidOptions | Sql
     grouped(settles, settlement),
     () =>
       Effect.mapError(
-        Effect.retry(settlement.settle, { times: 3, schedule: Schedule.exponential(50) }),
+        retriedOnRealTime(settlement.settle),
         (cause) =>
           new PersistedQueue.PersistedQueueError({
             message: `Failed ${what} a persisted queue element; it is taken again when its lease lapses`,
@@ -363,7 +377,7 @@ const grouped = (settles: GroupCommit<Settlement, unknown, InvalidOptions | SqlE
 /** A settlement that is not a take's own (burying on the way, a release for an interruption): a failure is logged. */
 const settled = (what: string) => <A, E>(effect: Effect.Effect<A, E>) =>
   effect.pipe(
-    Effect.catchAll(() => Effect.retry(effect, { times: 3, schedule: Schedule.exponential(50) })),
+    Effect.catchAll(() => retriedOnRealTime(effect)),
     Effect.catchAll((error) =>
       Effect.logWarning(`alkstore: ${what} a persisted queue element failed; it is taken again when its lease lapses`, error)
     ),
