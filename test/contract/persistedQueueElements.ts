@@ -8,7 +8,7 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, Deferred, Effect, Fiber, Layer, Option, Schema, type Scope } from "effect"
+import { Clock, Deferred, type Duration, Effect, Fiber, Layer, Option, Schema, type Scope } from "effect"
 import { EffectStores, type Queues } from "../../src/index.js"
 import type { EngineUnderTest } from "./harness.js"
 import { notDelivered, settle, stats } from "./persistedQueue.js"
@@ -23,6 +23,25 @@ const leaseEnds = (name: string) =>
     ))
 
 const Item = Schema.Struct({ n: Schema.Number })
+
+/**
+ * An element offered through another PersistedQueueStore over the same
+ * database (with `producerTimeout` stamped on it), taken by this store's
+ * queue: its take is held in its handler until `release` is completed.
+ */
+const takenFromProducer = (name: string, producerTimeout: Duration.DurationInput) =>
+  Effect.gen(function*() {
+    const producer = yield* EffectStores.makePersistedQueueStore({ visibilityTimeout: producerTimeout })
+    yield* producer.offer({ name, id: `${name}-1`, element: { n: 1 }, isCustomId: true })
+    const queue = yield* PersistedQueue.make({ name, schema: Item })
+    const taken = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    const first = yield* Effect.fork(queue.take(() => Effect.zipRight(Deferred.succeed(taken, undefined), Deferred.await(release))))
+    yield* Deferred.await(taken)
+    const claimedAt = yield* Clock.currentTimeMillis
+    yield* settle
+    return { claimedAt, first, queue, release }
+  })
 
 export const persistedQueueElementsContract = (engine: EngineUnderTest) =>
   describe(`PersistedQueue over EffectStores, elements and their takes — ${engine.name}`, () => {
@@ -66,18 +85,9 @@ export const persistedQueueElementsContract = (engine: EngineUnderTest) =>
     it.effect("an element offered by a store with a shorter visibilityTimeout keeps its lease under the taking store's (no second take meanwhile)", () =>
       run(Effect.gen(function*() {
         // The producer: another PersistedQueueStore over the same database, with a 1-second lease stamped on its elements.
-        const producer = yield* EffectStores.makePersistedQueueStore({ visibilityTimeout: "1 second" })
-        yield* producer.offer({ name: "mismatch", id: "invoice-42", element: { n: 42 }, isCustomId: true })
-        const queue = yield* PersistedQueue.make({ name: "mismatch", schema: Item })
-        const taken = yield* Deferred.make<void>()
-        const release = yield* Deferred.make<void>()
-        let handled = 0
-        const first = yield* Effect.fork(queue.take(() =>
-          Effect.zipRight(Effect.sync(() => handled++), Effect.zipRight(Deferred.succeed(taken, undefined), Deferred.await(release)))
-        ))
-        yield* Deferred.await(taken)
-        const claimedAt = yield* Clock.currentTimeMillis
-        yield* settle
+        const { claimedAt, first, queue, release } = yield* takenFromProducer("mismatch", "1 second")
+        // The first take's handler ran once (the helper waited for it); a second take must not run at all.
+        let handled = 1
         // Extended at once to the taking store's 30 seconds.
         expect(yield* leaseEnds("mismatch")).toEqual([claimedAt + 30_000])
         const second = yield* Effect.fork(queue.take(() => Effect.sync(() => handled++)))
@@ -96,15 +106,7 @@ export const persistedQueueElementsContract = (engine: EngineUnderTest) =>
 
     it.effect("renewals extend a claim by the taking store's visibilityTimeout, not the one its element was offered with", () =>
       run(Effect.gen(function*() {
-        const producer = yield* EffectStores.makePersistedQueueStore({ visibilityTimeout: "10 minutes" })
-        yield* producer.offer({ name: "renewed", id: "long-lease", element: { n: 1 }, isCustomId: true })
-        const queue = yield* PersistedQueue.make({ name: "renewed", schema: Item })
-        const taken = yield* Deferred.make<void>()
-        const release = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(queue.take(() => Effect.zipRight(Deferred.succeed(taken, undefined), Deferred.await(release))))
-        yield* Deferred.await(taken)
-        const claimedAt = yield* Clock.currentTimeMillis
-        yield* settle
+        const { claimedAt, first, release } = yield* takenFromProducer("renewed", "10 minutes")
         // The claim's own lease (longer than this store's: nothing to extend).
         expect(yield* leaseEnds("renewed")).toEqual([claimedAt + 600_000])
         // This store renews every 10 s (a third of 30 s), to 30 s from then.
