@@ -9,6 +9,12 @@ import { inRounds } from "./rounds.js"
 import { attr, setGauges, traced } from "./telemetry.js"
 
 /**
+ * Whether a job could have this id (a positive safe integer): any other number names no job, on every
+ * engine (PostgreSQL would refuse it as a `bigint` with an error, SQLite finds no row).
+ */
+const isJobId = (id: number) => Number.isSafeInteger(id) && id > 0
+
+/**
  * A queue's inspection and repair (`getJob`, `cancel`, `stats`, `dead`,
  * `requeueDead`, `purgeDead`), scoped to the queue: a job id from another
  * queue is absent and unchanged. `freed` wakes waiters a limited queue held
@@ -25,12 +31,14 @@ export const makeInspection = <A>(
   const signal = (count: number) => signalOnCommit(engine, name, count)
   const queueAttributes = () => ({ [attr.queue]: name })
   return {
-    getJob: (id) => Effect.map(storage.get(name, id), Option.map(storedJob)),
+    getJob: (id) => isJobId(id) ? Effect.map(storage.get(name, id), Option.map(storedJob)) : Effect.succeedNone,
     cancel: (id) =>
       traced(
         "alkstore.queue.cancel",
         () => ({ [attr.queue]: name, [attr.jobId]: id }),
-        Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)),
+        isJobId(id)
+          ? Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void))
+          : Effect.succeed(false),
         (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
       ),
     // A stats reading also refreshes the queue's gauges.
@@ -55,9 +63,11 @@ export const makeInspection = <A>(
       traced(
         "alkstore.queue.requeue_dead",
         () => ({ [attr.queue]: name, [attr.jobId]: id }),
-        Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
-          Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
-        ),
+        isJobId(id)
+          ? Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
+            Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
+          )
+          : Effect.succeed(false),
         (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
       ),
     // In bounded rounds, as maintenance's purge (src/internal/rounds.ts): a queue of a million dead jobs is

@@ -12,6 +12,9 @@ import { jobColumns } from "./rows.js"
  * work claimable notify in the same statement (`n.tail`), so the NOTIFY is
  * delivered on commit only.
  */
+/** Due scheduled rows a claim promotes per statement (a `backlog` when full: claimRounds in queueStorage.ts). */
+const DUE_BATCH = 1000
+
 export const queueStatements = (s: string, n: Notifier) => {
   const jobs = `${s}.__alkstore_jobs`
   const columns = jobColumns()
@@ -25,6 +28,13 @@ export const queueStatements = (s: string, n: Notifier) => {
       AND (state <> 'claimed' OR claimed_until <= $1::bigint)`
   const sweepExpired = `UPDATE ${jobs} SET state = 'dead', last_error = 'expired', died_at = $1::bigint,
       claimed_until = NULL, worker_id = NULL`
+  // A key's holder that will never run again is no holder (as on SQLite, sqlite/queueStatements.ts
+  // `keyHolderGone`): expired, or claimed with its lease lapsed and its attempts spent, which the next
+  // claim would move to dead unrun. A keyed insert or requeueDead meeting one buries it first, as that claim would.
+  const keyHolderGone = `((${expiredAt}) OR (state = 'claimed' AND claimed_until <= $1::bigint AND attempts >= max_attempts))`
+  const sweepKeyHolder = `UPDATE ${jobs} SET state = 'dead',
+      last_error = CASE WHEN ${expiredAt} THEN 'expired' ELSE 'max attempts exceeded' END, died_at = $1::bigint,
+      claimed_until = NULL, worker_id = NULL`
   /**
    * The claim's candidates and the promotion of due scheduled rows, as CTEs
    * ($1 now, $3 queue, $4 how many; `exclude` narrows the lapsed leases).
@@ -34,7 +44,11 @@ export const queueStatements = (s: string, n: Notifier) => {
    * for, so no row is claimed twice. `picked` is the best `$4` in contract
    * order (priority, then run_at, then id); the other due scheduled rows move
    * into the claim index (`pending`) in the same statement (a row is modified
-   * once: the two sets are disjoint). A prepared statement keeps its generic
+   * once: the two sets are disjoint). A full batch (`backlog`: more due rows
+   * may lie beyond it, and one of them may come first in that order) picks
+   * nothing and only promotes: the caller runs the claim again until every
+   * due row is pending, so a claim always chooses among all claimable jobs,
+   * as on SQLite (a backlog of due rows forms only while nobody claims). A prepared statement keeps its generic
    * plan until the table's statistics change, and one made while the table
    * was nearly empty, as a store's first claims are, runs on as its backlog
    * grows: with `id = ANY (ARRAY(…))` for both writes that plan scanned the
@@ -59,7 +73,7 @@ export const queueStatements = (s: string, n: Notifier) => {
       ), due AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'scheduled' AND run_at <= $1::bigint
           AND NOT (SELECT limited FROM lim)
-        ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED
+        ORDER BY run_at LIMIT ${DUE_BATCH} FOR UPDATE SKIP LOCKED
       ), pending AS MATERIALIZED (
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'pending' AND NOT (SELECT limited FROM lim)
         ORDER BY priority DESC, run_at, id LIMIT ${limit} FOR UPDATE SKIP LOCKED
@@ -67,8 +81,11 @@ export const queueStatements = (s: string, n: Notifier) => {
         SELECT id, priority, run_at FROM ${jobs} WHERE queue = $3 AND state = 'claimed' AND claimed_until <= $1::bigint
           AND NOT (SELECT limited FROM lim) ${exclude}
         ORDER BY priority DESC, run_at, id LIMIT ${limit} FOR UPDATE SKIP LOCKED
+      ), backlog AS MATERIALIZED (
+        SELECT count(*) >= ${DUE_BATCH} AS due_full FROM due
       ), picked AS MATERIALIZED (
         SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+        WHERE NOT (SELECT due_full FROM backlog)
         ORDER BY priority DESC, run_at, id LIMIT ${limit}
       ), promoted AS (
         UPDATE ${jobs} SET state = 'pending'
@@ -91,7 +108,7 @@ export const queueStatements = (s: string, n: Notifier) => {
         ${claimSet} ${claimedRows(limit)}
         RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
-      SELECT c.*, lim.limited FROM lim LEFT JOIN claimed AS c ON true`
+      SELECT c.*, lim.limited, (SELECT due_full FROM backlog) AS backlog FROM lim LEFT JOIN claimed AS c ON true`
   // A worker's step between two jobs, one statement (one round trip, one commit): the fenced ack
   // of job $5 under claim token $6 (exactly `ack`: deleted only while claimed under that token), then
   // the claim above. All CTEs see one snapshot, in which the acked row is `claimed`: never a pending
@@ -104,12 +121,13 @@ export const queueStatements = (s: string, n: Notifier) => {
         ${claimSet} ${claimedRows(limit)}
         RETURNING ${jobColumns("j")}, ${lapsedColumn}
       )
-      SELECT (SELECT count(*) FROM done) AS acked, lim.limited, c.* FROM lim LEFT JOIN claimed AS c ON true`
+      SELECT (SELECT count(*) FROM done) AS acked, lim.limited, (SELECT due_full FROM backlog) AS backlog, c.*
+      FROM lim LEFT JOIN claimed AS c ON true`
   const insertColumns =
     `(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at, idempotency_key,
       created_at, trace_context, group_key, flow_round)`
   const values = `($1::text, $2::text::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
-      $9::bigint, $10::text, $11::bigint, $12::text, $13::text, ${flowRoundOf(s, "$1::text", "$13::text")})`
+      $9::bigint, $10::text, $11::bigint, $12::text, $13::text, ${flowRoundOf(s, "$1::text", "$13::text", "$4::bigint")})`
   return {
     insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(14)} FROM w`,
@@ -119,7 +137,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
         SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
           u.backoff_base, u.expires_at, NULL, u.created_at, u.trace_context, u.group_key,
-          ${flowRoundOf(s, "u.queue", "u.group_key")} + (row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.ord) - 1)
+          ${flowRoundOf(s, "u.queue", "u.group_key", "u.priority")} + (row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.ord) - 1)
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
           $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::text[]) WITH ORDINALITY
           AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
@@ -131,7 +149,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     // scalars and one array of payloads ($2), the group's round read once (its jobs take consecutive ones).
     // Against `insertMany`: one array to encode and unnest instead of twelve, one limits probe instead of one
     // per row, no window.
-    insertShared: `WITH base AS (SELECT ${flowRoundOf(s, "$1::text", "$11::text")} AS round),
+    insertShared: `WITH base AS (SELECT ${flowRoundOf(s, "$1::text", "$11::text", "$4::bigint")} AS round),
       w AS (INSERT INTO ${jobs} ${insertColumns}
         SELECT $1::text, u.payload::json, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
           $9::bigint, NULL, $10::bigint, $12::text, $11::text, (SELECT round FROM base) + (u.ord - 1)
@@ -141,7 +159,7 @@ export const queueStatements = (s: string, n: Notifier) => {
       SELECT w.id, ${n.tail(13)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
-    expireKeyHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = $3 AND ${expiredAt} RETURNING id`,
+    expireKeyHolder: `${sweepKeyHolder} WHERE queue = $2 AND idempotency_key = $3 AND ${keyHolderGone} RETURNING id`,
     claim: claimOf("$4"),
     claimOne: claimOf("1"),
     ackAndClaim: ackAndClaimOf("$4"),
@@ -160,7 +178,7 @@ export const queueStatements = (s: string, n: Notifier) => {
       ) AS at`,
     ack: `DELETE FROM ${jobs} WHERE ${fencedRow("$1", "$2")} RETURNING id`,
     ackMany: `DELETE FROM ${jobs} AS j USING unnest($1::bigint[], $2::bigint[]) AS f(id, token)
-      WHERE j.id = f.id AND j.claim_token = f.token AND (j.state || '') = 'claimed' RETURNING j.id`,
+      WHERE j.id = f.id AND j.claim_token = f.token AND (j.state || '') = 'claimed' RETURNING j.id, j.claim_token`,
     retry: `WITH w AS (UPDATE ${jobs}
         SET state = CASE WHEN $1::bigint > $2::bigint THEN 'scheduled' ELSE 'pending' END, run_at = $1::bigint,
           last_error = coalesce($3::text, last_error), claimed_until = NULL, worker_id = NULL
@@ -189,9 +207,9 @@ export const queueStatements = (s: string, n: Notifier) => {
     dead: `SELECT ${columns} FROM ${jobs} WHERE queue = $1 AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT $2`,
     // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
     // unless that holder has expired: swept first ($1 now, $2 the queue, $3 the dead job's id).
-    requeueExpireHolder: `${sweepExpired} WHERE queue = $2 AND idempotency_key = (
+    requeueExpireHolder: `${sweepKeyHolder} WHERE queue = $2 AND idempotency_key = (
         SELECT idempotency_key FROM ${jobs} WHERE id = $3::bigint AND queue = $2 AND state = 'dead')
-        AND ${expiredAt} RETURNING id`,
+        AND ${keyHolderGone} RETURNING id`,
     // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
     requeueDead: `WITH w AS (UPDATE ${jobs} AS d
         SET state = 'pending', run_at = $1::bigint, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,

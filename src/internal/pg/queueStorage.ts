@@ -42,6 +42,11 @@ export const makeQueueStorage = (
   const sql = queueStatements(schema, notifier)
   const ids = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
     decoded(rows, (row) => int(row.id, "id"))
+  // A write that met the idempotency key's unique index (`__alkstore_jobs_key`): another live job holds the key.
+  const keyTaken = (error: SqlError) => {
+    const cause = error.cause as { readonly code?: unknown; readonly constraint?: unknown } | undefined
+    return cause?.code === "23505" && cause.constraint === "__alkstore_jobs_key"
+  }
   const changed = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
     Effect.map(rows, (r) => r.length > 0)
   const counted = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
@@ -162,6 +167,8 @@ export const makeQueueStorage = (
         if (rows === undefined) {
           const raw = yield* db.all(wanted === 1 ? sql.claimOne : sql.claim, [now, workerId, queue, wanted])
           if (raw[0]?.limited === true) return yield* limitedClaim(queue, workerId, now, limit)
+          // A full batch of due scheduled rows was promoted and nothing claimed (queueStatements.ts): again.
+          if (raw[0]?.backlog === true) continue
           rows = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
         }
         for (const row of rows) (row.state === "claimed" ? claimed : died).push(row)
@@ -203,6 +210,9 @@ export const makeQueueStorage = (
           if (raw[0]?.limited === true) {
             return Effect.map(limitedClaim(queue, workerId, now, limit), (rows) => ({ acked, rows }))
           }
+          if (raw[0]?.backlog === true) {
+            return Effect.map(claimRounds(queue, workerId, now, limit), (rows) => ({ acked, rows }))
+          }
           for (const row of raw) {
             if (row.id === null) continue
             const decodedRow = claimedRow(row)
@@ -237,12 +247,18 @@ export const makeQueueStorage = (
         (rows) => Option.fromNullable(rows[0] ?? null)
       ),
     ack,
+    // Each handle answers as its own `ack` would: true for the claim that was deleted (its id *and* token, so a
+    // stale handle beside the fresh claim of the same job is told it lost it), and once (the same handle twice
+    // answers true, then false).
     ackMany: (fences) =>
       Effect.map(
-        ids(db.all(sql.ackMany, [fences.map((f) => f.id), fences.map((f) => f.token)])),
+        decoded(
+          db.all(sql.ackMany, [fences.map((f) => f.id), fences.map((f) => f.token)]),
+          (row) => `${int(row.id, "id")}:${int(row.claim_token, "claim_token")}`
+        ),
         (acked) => {
-          const set = new Set(acked)
-          return fences.map((fence) => set.has(fence.id))
+          const deleted = new Set(acked)
+          return fences.map((fence) => deleted.delete(`${fence.id}:${fence.token}`))
         }
       ),
     ackAndClaim,
@@ -270,10 +286,18 @@ export const makeQueueStorage = (
         (rows) => rows[0]!
       ),
     dead: (queue, limit) => decoded(db.all(sql.dead, [queue, limit]), toJobRow),
+    // The statement's NOT EXISTS cannot see a holder of the key whose transaction has not committed (an
+    // application's keyed enqueue, another requeueDead): the UPDATE then meets the key's unique index once
+    // that transaction commits. The key is held, so the job stays dead, as when the holder was seen: the
+    // savepoint is rolled back and the answer is false, not the unique violation.
     requeueDead: (queue, id, now) =>
       db.transaction(Effect.zipRight(
         db.all(sql.requeueExpireHolder, [now, queue, id]),
-        changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))
+        Effect.catchIf(
+          db.transaction(changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))),
+          keyTaken,
+          () => Effect.succeed(false)
+        )
       )),
     purgeDead: (queue, diedBefore, limit) =>
       counted(

@@ -66,6 +66,17 @@ const expiredAt = `expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'dea
       AND (state <> 'claimed' OR claimed_until <= ?1)`
 const sweepExpired = `UPDATE __alkstore_jobs SET state = 'dead', last_error = 'expired', died_at = ?1,
       claimed_until = NULL, worker_id = NULL`
+/**
+ * A key's holder that will never run again is no holder: expired (as
+ * above), or claimed with its lease lapsed and its attempts spent, which the
+ * next claim would move to dead unrun. A keyed insert or `requeueDead`
+ * meeting one buries it first, as that claim would (the same `last_error`),
+ * so the key's work is not answered with a job that dies without running.
+ */
+const keyHolderGone = `((${expiredAt}) OR (state = 'claimed' AND claimed_until <= ?1 AND attempts >= max_attempts))`
+const sweepKeyHolder = `UPDATE __alkstore_jobs SET state = 'dead',
+      last_error = CASE WHEN ${expiredAt} THEN 'expired' ELSE 'max attempts exceeded' END, died_at = ?1,
+      claimed_until = NULL, worker_id = NULL`
 
 /**
  * The columns a claim returns, in this order (`claimedRowOf` reads them by
@@ -223,7 +234,7 @@ export const sql = {
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
-  expireKeyHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = ?3 AND ${expiredAt}`,
+  expireKeyHolder: `${sweepKeyHolder} WHERE queue = ?2 AND idempotency_key = ?3 AND ${keyHolderGone}`,
   // What a claim must do first: promote due scheduled rows into the claim
   // index (the read keeps idle claims write-free), and whether lapsed leases
   // compete with the pending rows. `?1` is the queue, `?2` now.
@@ -277,9 +288,9 @@ export const sql = {
   dead: `SELECT * FROM __alkstore_jobs WHERE queue = ? AND state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?`,
   // A requeued job whose key a live job took meanwhile stays dead (the key names one live job),
   // unless that holder has expired: `?1` now, `?2` the queue, `?3` the dead job's id.
-  requeueExpireHolder: `${sweepExpired} WHERE queue = ?2 AND idempotency_key = (
+  requeueExpireHolder: `${sweepKeyHolder} WHERE queue = ?2 AND idempotency_key = (
       SELECT idempotency_key FROM __alkstore_jobs WHERE id = ?3 AND queue = ?2 AND state = 'dead')
-      AND ${expiredAt}`,
+      AND ${keyHolderGone}`,
   // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
   requeueDead: `UPDATE __alkstore_jobs
     SET state = 'pending', run_at = ?1, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,
