@@ -96,7 +96,11 @@ export interface FlowOps {
   readonly groupStart: (group: string, round: number, id: number, cap: number | null, log: boolean) => GroupStart
   /** Live jobs of `group` ahead of (round, id), counted up to `cap`. */
   readonly groupAhead: (group: string, round: number, id: number, cap: number) => number
-  /** The instant of claim `seq` of `scope`, if still logged. */
+  /**
+   * The instant of claim `seq` of `scope`; when it was pruned, that of the
+   * oldest claim still logged after it (it was made no later: an upper
+   * bound, see `admits`); `undefined` when nothing from `seq` on is logged.
+   */
   readonly logAt: (scope: string, seq: number) => number | undefined
   /**
    * Claims the job if it is still claimable (or moves it to dead when it
@@ -168,6 +172,12 @@ interface GroupState {
  * Whether the `k`-th claim of this walk fits `limit` claims per `per` of a
  * scope whose log ends at `last`: the claim `limit` places before it must
  * have left the window `(now − per, now]`. `true`, or the instant it leaves.
+ * That claim may have been pruned, when a walk under an earlier rule with a
+ * smaller `limit` or a shorter `per` no longer needed it: its instant is then
+ * taken as that of the oldest claim logged after it (`logAt`), which it did
+ * not follow — judged no earlier than it was, so a raised `limit` with a
+ * longer `per` never admits more than the rule allows over the claims made
+ * (it may hold a claim back until that later claim leaves the window).
  */
 function* admits(scope: string, limit: number, per: number, last: number, k: number, now: number): Walk<true | number> {
   const target = last + k - limit

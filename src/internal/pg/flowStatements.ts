@@ -77,10 +77,15 @@ export const flowStatements = (s: string) => {
       CASE WHEN ${logged} THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = ${q} AND scope = '#' || ${group})
         ELSE 0 END AS ${prefix}last`
   // Whether a claim of scope `scope` whose log ends at `last` fits `limit` claims per `per` at `t` (flow.ts
-  // `admits` for a walk's first claim: the claim `limit` places before it has left the window, or there is none).
+  // `admits` for a walk's first claim: the claim `limit` places before it has left the window, or there is none;
+  // a pruned one judged by the oldest claim logged after it, as `logAt`).
+  // The instant `logAt` answers for claim `seq` of `scope` (in the statement's snapshot: before its own writes).
+  const logAtOf = (scope: string, seq: string, q: string) =>
+    `(SELECT at FROM ${log} WHERE queue = ${q} AND scope = ${scope} AND seq >= ${seq} ORDER BY seq LIMIT 1)`
   const admitsFirst = (limit: string, per: string, scope: string, last: string, q: string, t: string) =>
-    `(${limit} IS NULL OR ${last} + 1 - ${limit} <= 0 OR NOT EXISTS (SELECT 1 FROM ${log} WHERE queue = ${q}
-      AND scope = ${scope} AND seq = ${last} + 1 - ${limit} AND at > ${t} - ${per}))`
+    `(${limit} IS NULL OR ${last} + 1 - ${limit} <= 0 OR NOT EXISTS (SELECT 1 FROM (SELECT at FROM ${log}
+      WHERE queue = ${q} AND scope = ${scope} AND seq >= ${last} + 1 - ${limit} ORDER BY seq LIMIT 1) AS e
+      WHERE e.at > ${t} - ${per}))`
   return {
     limits: `SELECT ${limitsColumns} FROM ${limits} WHERE queue = $1`,
     lockRow: `SELECT queue FROM ${limits} WHERE queue = $1 FOR UPDATE`,
@@ -160,7 +165,9 @@ export const flowStatements = (s: string) => {
         WHERE queue = $3 AND ${claimedOk} RETURNING xmin::text AS version
       )
       SELECT s.*, EXISTS (SELECT 1 FROM ok) AS fast, EXISTS (SELECT 1 FROM gate) AS gated,
-        (SELECT version FROM advanced) AS claimed_version, c.*
+        (SELECT version FROM advanced) AS claimed_version,
+        ${logAtOf("''", "s.queue_last + 1 - s.rate_limit", "$3")} AS rate_at,
+        ${logAtOf("'#' || s.h_group", "s.g_last + 1 - s.group_rate_limit", "$3")} AS g_rate_at, c.*
       FROM s LEFT JOIN claimed AS c ON true`,
     // The locked claim's first statement: its queue's limited claims serialise on this row lock. Due
     // scheduled rows are promoted in the same statement (what this claim's snapshot shows; a row
@@ -185,7 +192,8 @@ export const flowStatements = (s: string) => {
     groupStart: `SELECT ${groupColumns("$6::bigint", "$7::boolean", "$3::text", "$4::bigint", "$5::bigint")}`,
     groupAhead: `SELECT count(*) AS n FROM (SELECT 1 FROM ${jobs} WHERE queue = $1 AND group_key = $2 AND state <> 'dead'
       AND flow_round IS NOT NULL AND (flow_round, id) < ($3::bigint, $4::bigint) ORDER BY flow_round, id LIMIT $5) AS ahead`,
-    logAt: `SELECT at FROM ${log} WHERE queue = $1 AND scope = $2 AND seq = $3::bigint`,
+    // Claim `seq`, or when it was pruned the oldest claim logged after it (flow.ts `logAt`).
+    logAt: `SELECT at FROM ${log} WHERE queue = $1 AND scope = $2 AND seq >= $3::bigint ORDER BY seq LIMIT 1`,
     /**
      * The claim and, only when it took the job, its log entries ($5 scopes, $6 sequence numbers) and
      * the queue's round ($7, NULL: unchanged), in one round trip. The limits row is taken `FOR UPDATE`

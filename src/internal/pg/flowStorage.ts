@@ -69,6 +69,11 @@ interface FirstClaim {
   readonly row: JobRow | undefined
   readonly log: ReadonlyArray<readonly [string, number]>
   readonly round: number | null
+  /**
+   * What `logAt` answered in the statement, before its own writes (the claim's log entries, the prune): the
+   * walk's checks of that claim read these, not the log the statement left.
+   */
+  readonly logAts: ReadonlyArray<readonly [scope: string, seq: number, at: number | undefined]>
 }
 
 const sameWrites = (made: FirstClaim, writes: ClaimWrites) =>
@@ -208,11 +213,20 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
               const log: Array<readonly [string, number]> = []
               if (lim.rateLimit !== null) log.push(["", start.queueLast + 1])
               if (lim.groupRateLimit !== null) log.push([`#${head.group}`, groups.get(head.id)!.last + 1])
+              const logAts: Array<readonly [string, number, number | undefined]> = []
+              if (lim.rateLimit !== null) {
+                logAts.push(["", start.queueLast + 1 - lim.rateLimit, intOrNull(r.rate_at, "rate_at") ?? undefined])
+              }
+              if (lim.groupRateLimit !== null) {
+                const g = groups.get(head.id)!
+                logAts.push([`#${head.group}`, g.last + 1 - lim.groupRateLimit, intOrNull(r.g_rate_at, "g_rate_at") ?? undefined])
+              }
               first = {
                 id: head.id,
                 row: r.id === null || r.id === undefined ? undefined : toJobRow(r),
                 log,
-                round: head.round > lim.currentRound ? head.round : null
+                round: head.round > lim.currentRound ? head.round : null,
+                logAts
               }
             }
             return lim
@@ -248,7 +262,12 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
         return Effect.map(rows(sql.groupStart, [queue, now, group, round, id, cap, log] as Array<Param>, toGroupStart), (r) => r[0]!)
       },
       groupAhead: (group, round, id, cap) => count(sql.groupAhead, [queue, group, round, id, cap]),
-      logAt: (scope, seq) => Effect.map(rows(sql.logAt, [queue, scope, seq], (r) => int(r.at, "at")), (r) => r[0]),
+      logAt: (scope, seq) => {
+        const read = first?.logAts.find(([s, q]) => s === scope && q === seq)
+        return read !== undefined
+          ? Effect.succeed(read[2])
+          : Effect.map(rows(sql.logAt, [queue, scope, seq], (r) => int(r.at, "at")), (r) => r[0])
+      },
       claim: (id, writes) => {
         if (first !== undefined) {
           // Claimed by `claimFirst` with the walk's own rules for a first claim: the walk must agree.

@@ -100,7 +100,8 @@ const sql = {
       FROM (SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT 1) AS p`)
   }),
   logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = +? AND scope = +?`,
-  logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = +? AND scope = +? AND seq = +?`,
+  // Claim `seq`, or when it was pruned the oldest claim logged after it (flow.ts `logAt`).
+  logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = +? AND scope = +? AND seq >= +? ORDER BY seq LIMIT 1`,
   claim: numbered(`${claimSet} WHERE id = +?3 AND (state = 'pending' OR (state = 'claimed' AND claimed_until <= +?1))
     RETURNING ${jobColumns}`),
   log: `INSERT INTO __alkstore_flow_log (queue, scope, seq, at) VALUES (?, ?, ?, ?)`,

@@ -54,8 +54,8 @@ const insertRowsText = (rows: number) =>
 const unlimitedRowsSql: Array<string> = []
 const unlimitedRowsText = (rows: number) =>
   (unlimitedRowsSql[rows] ??= `${sql.insertUnlimited}${`, (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`.repeat(rows - 1)}`)
-/** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (4). */
-const ROW_PARAMS = 17
+/** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (5). */
+const ROW_PARAMS = 18
 const UNLIMITED_ROW_PARAMS = 13
 
 /**
@@ -156,6 +156,7 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
       offsets.set(lane, offset + 1)
       params[k++] = job.queue
       params[k++] = job.group
+      params[k++] = job.priority
       params[k++] = offset
       params[k++] = job.queue
     }
