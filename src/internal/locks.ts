@@ -127,18 +127,23 @@ const lapse = (handle: L.LockHandle, ttlMillis: number) =>
  * that way is interrupted in the background (`Effect.disconnect`), so the
  * `LockLost` does not wait for a stuck statement to give up.
  */
-export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) =>
-  Effect.raceFirst(
+export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) => {
+  // A third of the ttl, but never longer than `lapse`'s longest wait: Effect's clock never fires a
+  // single sleep past ~24.8 days, so a ttl over ~74.6 days renewed nothing and the lease lapsed
+  // (renewing more often is harmless: a renewal only moves the lease's end later).
+  const every = Duration.millis(Math.min(Math.max(1, Math.floor(ttlMillis / 3)), lapseCheckMillis))
+  return Effect.raceFirst(
     handle.renew().pipe(
       Effect.catchAll(() => Effect.succeed(false)),
       Effect.disconnect,
       Effect.flatMap((renewed) => (renewed ? Effect.void : Effect.fail(new LockLost({ name: handle.name })))),
-      Effect.repeat(Schedule.spaced(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3))))),
-      Effect.delay(Duration.millis(Math.max(1, Math.floor(ttlMillis / 3)))),
+      Effect.repeat(Schedule.spaced(every)),
+      Effect.delay(every),
       Effect.zipRight(Effect.never)
     ),
     lapse(handle, ttlMillis)
   )
+}
 
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine

@@ -1,0 +1,305 @@
+/**
+ * Named locks and the RateLimiter store: races across
+ * store instances sharing one database, boundaries, and a wider random
+ * comparison against Effect's in-memory RateLimiter store.
+ */
+import * as RateLimiter from "@effect/experimental/RateLimiter"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { fc } from "@fast-check/vitest"
+import { Clock, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Ref, Runtime, TestClock } from "effect"
+import { EffectStores, Locks } from "../src/index.js"
+import { engines, freshFile } from "./contract/harness.js"
+import { advance, ms } from "./contract/support.js"
+import { fcParams } from "./properties/settings.js"
+
+const acquireWith = (name: string, opts: Locks.AcquireOpts) =>
+  Effect.flatMap(Locks.Locks, (locks) => locks.acquire(name, opts))
+
+type Consume = Parameters<RateLimiter.RateLimiter["consume"]>[0]
+
+const outcome = (effect: Effect.Effect<RateLimiter.ConsumeResult, RateLimiter.RateLimiterError>) =>
+  Effect.map(Effect.either(effect), Either.match({
+    onLeft: (error) => error.reason === "Exceeded"
+      ? { exceeded: { retryAfter: Duration.toMillis(error.retryAfter), limit: error.limit, remaining: error.remaining } }
+      : { storeError: error.message },
+    onRight: (result) => ({
+      delay: Duration.toMillis(result.delay),
+      limit: result.limit,
+      remaining: result.remaining,
+      resetAfter: Duration.toMillis(result.resetAfter)
+    })
+  }))
+
+/**
+ * A virtual-time copy of Effect's default (production) `Clock`: the same
+ * rule for sleeps as `globalClockScheduler` (effect/src/internal/clock.ts:
+ * a sleep longer than 2^31 - 1 ms, the longest JS timer, is treated as
+ * infinite and never fires), with time moved by the test instead of the
+ * wall. `TestClock` has no such cap, so it cannot show what production does.
+ */
+const MAX_TIMER_MILLIS = 2 ** 31 - 1
+const makeVirtualClock = (start: number) => {
+  let now = start
+  const sleeps: Array<{ at: number; wake: () => void }> = []
+  const clock: Clock.Clock = {
+    [Clock.ClockTypeId]: Clock.ClockTypeId,
+    unsafeCurrentTimeMillis: () => now,
+    currentTimeMillis: Effect.sync(() => now),
+    unsafeCurrentTimeNanos: () => BigInt(now) * 1_000_000n,
+    currentTimeNanos: Effect.sync(() => BigInt(now) * 1_000_000n),
+    sleep: (duration) =>
+      Effect.async<void>((resume) => {
+        const millis = Duration.toMillis(duration)
+        if (millis > MAX_TIMER_MILLIS) return // as globalClockScheduler: never fires
+        const entry = { at: now + millis, wake: () => resume(Effect.void) }
+        sleeps.push(entry)
+        return Effect.sync(() => {
+          const i = sleeps.indexOf(entry)
+          if (i >= 0) sleeps.splice(i, 1)
+        })
+      })
+  }
+  const realPause = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
+  /** Moves time to `target`, waking each due sleep in order and letting fibers (and I/O) settle in between. */
+  const advanceTo = (target: number) =>
+    Effect.gen(function*() {
+      for (let i = 0; i < 3; i++) yield* realPause
+      while (true) {
+        sleeps.sort((a, b) => a.at - b.at)
+        const next = sleeps[0]
+        if (next === undefined || next.at > target) break
+        sleeps.shift()
+        now = Math.max(now, next.at)
+        next.wake()
+        for (let i = 0; i < 3; i++) yield* realPause
+      }
+      now = target
+    })
+  return { clock, advanceTo, now: () => now }
+}
+
+const DAY = 86_400_000
+
+for (const engine of engines) {
+  describe(`locks, edge cases — ${engine.name}`, () => {
+    it.effect("many store instances racing for one free name: exactly one holds it, and again after a lapse", () => {
+      const filename = freshFile("race")
+      const stores = Array.from({ length: 4 }, () => engine.store({ filename }))
+      return Effect.gen(function*() {
+        const contexts = yield* Effect.forEach(stores, (store) => Layer.build(store))
+        const round = (owner: string) =>
+          Effect.forEach(
+            contexts.flatMap((context, i) =>
+              Array.from({ length: 5 }, (_, j) =>
+                Effect.provide(acquireWith("contended", { ttl: "10 seconds", owner: `${owner}-${i}-${j}` }), context))
+            ),
+            (effect) => effect,
+            { concurrency: "unbounded" }
+          )
+        const first = (yield* round("r1")).filter(Option.isSome).map((o) => o.value)
+        expect(first).toHaveLength(1)
+        yield* TestClock.adjust("10 seconds")
+        const second = (yield* round("r2")).filter(Option.isSome).map((o) => o.value)
+        expect(second).toHaveLength(1)
+        expect(second[0]!.token).toBeGreaterThan(first[0]!.token)
+        // after a release, too
+        expect(yield* second[0]!.release).toBe(true)
+        const third = (yield* round("r3")).filter(Option.isSome).map((o) => o.value)
+        expect(third).toHaveLength(1)
+        expect(third[0]!.token).toBeGreaterThan(second[0]!.token)
+      }).pipe(Effect.scoped)
+    }, 60_000)
+
+    it.effect("names compare byte-exact: case and Unicode normalization make different locks", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const names = ["Lock", "lock", "caf\u00e9", "cafe\u0301", "a ", "a"]
+          for (const name of names) {
+            const held = yield* acquireWith(name, { ttl: "10 seconds", owner: `o:${name}` })
+            expect(Option.isSome(held), name).toBe(true)
+          }
+        }),
+        engine.store()
+      ))
+
+    it.effect("the exact TTL boundary: renew one ms before is true, at expiresAt false; a stale handle cannot release the next tenure", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const a = Option.getOrThrow(yield* acquireWith("edge", { ttl: "1000 millis", owner: "a" }))
+          yield* TestClock.adjust(999)
+          expect(yield* a.renew("1 millis")).toBe(true) // max(1000, 1000): lease unchanged at 1000
+          yield* TestClock.adjust(1)
+          expect(yield* a.renew()).toBe(false)
+          const b = Option.getOrThrow(yield* acquireWith("edge", { ttl: "1000 millis", owner: "b" }))
+          expect(ms(b.expiresAt)).toBe(2_000)
+          expect(b.token).toBeGreaterThan(a.token)
+          expect(yield* a.release).toBe(false)
+          expect(yield* a.renew()).toBe(false)
+          // a's same owner name again is refused while b holds it
+          expect(Option.isNone(yield* acquireWith("edge", { ttl: "1000 millis", owner: "a" }))).toBe(true)
+          expect(yield* b.release).toBe(true)
+        }),
+        engine.store()
+      ))
+
+    it.effect("withLock: the lock is released when the fiber is interrupted right after the body ends", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          for (let i = 0; i < 20; i++) {
+            const started = yield* Deferred.make<void>()
+            const fiber = yield* Effect.fork(locks.withLock("flip", "3 seconds", Deferred.succeed(started, undefined)))
+            yield* Deferred.await(started)
+            yield* Fiber.interrupt(fiber)
+            const other = yield* acquireWith("flip", { ttl: "1 second", owner: `other-${i}` })
+            expect(Option.isSome(other), `round ${i}`).toBe(true)
+            yield* Option.getOrThrow(other).release
+          }
+        }),
+        engine.store()
+      ))
+
+    it.effect("withLock inside the application's transaction: held during the body, free after commit", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const locks = yield* Locks.Locks
+          const seen = yield* Ref.make<ReadonlyArray<boolean>>([])
+          const result = yield* sql.withTransaction(locks.withLock("tx", "30 seconds", Effect.gen(function*() {
+            const other = yield* acquireWith("tx", { ttl: "1 second", owner: "other" })
+            yield* Ref.update(seen, (s) => [...s, Option.isSome(other)])
+            return 7
+          })))
+          expect(result).toBe(7)
+          expect(yield* Ref.get(seen)).toEqual([false])
+          const after = yield* acquireWith("tx", { ttl: "1 second", owner: "other" })
+          expect(Option.isSome(after)).toBe(true)
+        }),
+        engine.store()
+      ))
+
+    // Production clock semantics: withLock's renewal waits a third of the ttl in one sleep.
+    it.effect("withLock with a 90-day ttl renews under the production clock's timer rule and outlives its ttl", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          const virtual = makeVirtualClock(1_700_000_000_000)
+          const start = virtual.now()
+          const fiber = yield* Effect.fork(
+            locks.withLock("quarterly", "90 days", Effect.as(Effect.repeatN(Effect.sleep(Duration.days(10)), 9), "done") /* 100 days in sleeps a timer can hold */).pipe(
+              Effect.withClock(virtual.clock)
+            )
+          )
+          yield* virtual.advanceTo(start + 101 * DAY)
+          const exit = yield* Fiber.await(fiber)
+          expect(exit).toEqual(Exit.succeed("done"))
+        }),
+        engine.store()
+      ), 60_000)
+
+    // The control: the same virtual clock, a ttl whose third (20 days) is within a JS timer's range.
+    it.effect("control: withLock with a 60-day ttl renews under the same clock and outlives its ttl", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          const virtual = makeVirtualClock(1_700_000_000_000)
+          const start = virtual.now()
+          const fiber = yield* Effect.fork(
+            locks.withLock("bimonthly", "60 days", Effect.as(Effect.repeatN(Effect.sleep(Duration.days(10)), 9), "done") /* 100 days in sleeps a timer can hold */).pipe(
+              Effect.withClock(virtual.clock)
+            )
+          )
+          yield* virtual.advanceTo(start + 101 * DAY)
+          const exit = yield* Fiber.await(fiber)
+          expect(exit).toEqual(Exit.succeed("done"))
+        }),
+        engine.store()
+      ), 60_000)
+
+    it.effect("withLock renews through a long body under advance, then releases; tokens grow across calls", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const locks = yield* Locks.Locks
+          const fiber = yield* Effect.fork(locks.withLock("long", "3 seconds", Effect.as(Effect.sleep("20 seconds"), "ok")))
+          yield* advance("20 seconds")
+          const exit = yield* Fiber.await(fiber)
+          expect(Exit.isSuccess(exit), String(exit)).toBe(true)
+          const after = yield* acquireWith("long", { ttl: "1 second", owner: "x" })
+          expect(Option.isSome(after)).toBe(true)
+        }),
+        engine.store()
+      ))
+  })
+
+  describe(`RateLimiter store, edge cases — ${engine.name}`, () => {
+    const layer = (filename?: string) =>
+      RateLimiter.layer.pipe(
+        Layer.provideMerge(EffectStores.layerRateLimiterStore),
+        Layer.provideMerge(engine.store(filename === undefined ? {} : { filename }))
+      )
+
+    it.effect("concurrent consumes from two store instances never exceed the limit, and fill it exactly", () => {
+      const filename = freshFile("rl")
+      return Effect.gen(function*() {
+        const a = yield* Layer.build(layer(filename))
+        const b = yield* Layer.build(layer(filename))
+        for (const algorithm of ["fixed-window", "token-bucket"] as const) {
+          const consume = Effect.flatMap(RateLimiter.RateLimiter, (limiter) =>
+            Effect.either(limiter.consume({ algorithm, onExceeded: "fail", window: "1 minute", limit: 25, key: algorithm })))
+          const results = yield* Effect.forEach(
+            Array.from({ length: 60 }, (_, i) => Effect.provide(consume, i % 2 === 0 ? a : b)),
+            (effect) => effect,
+            { concurrency: "unbounded" }
+          )
+          expect(results.filter(Either.isRight), algorithm).toHaveLength(25)
+        }
+      }).pipe(Effect.scoped)
+    }, 60_000)
+
+    it.effect("wider random sequences agree with Effect's in-memory store (fractional refill, fractional tokens)", () =>
+      Effect.provide(
+        Effect.gen(function*() {
+          const ours = yield* RateLimiter.RateLimiter
+          const oracle = yield* Effect.provide(RateLimiter.make, RateLimiter.layerStoreMemory)
+          const runtime = Runtime.runPromise(yield* Effect.runtime<never>())
+          let runs = 0
+          const consumeArb = fc.record({
+            algorithm: fc.constantFrom("fixed-window" as const, "token-bucket" as const),
+            onExceeded: fc.constantFrom("delay" as const, "fail" as const),
+            window: fc.constantFrom(7_000, 60_000, 1_000, 999),
+            limit: fc.constantFrom(7, 3, 10, 2.5),
+            tokens: fc.constantFrom(0, 0.5, 1, 1, 2.5, 3),
+            key: fc.constantFrom("a", "b")
+          })
+          const opArb = fc.oneof(
+            { weight: 4, arbitrary: fc.record({ consume: consumeArb }) },
+            { weight: 1, arbitrary: fc.record({ advance: fc.constantFrom(1, 333, 999, 1_000, 1_001, 8_571, 60_000) }) }
+          )
+          const execute = (ops: ReadonlyArray<{ consume?: Consume; advance?: number }>) =>
+            Effect.gen(function*() {
+              const prefix = `w${++runs}:`
+              const steps: Array<string> = []
+              for (const step of ops) {
+                steps.push(JSON.stringify(step))
+                if (step.advance !== undefined) {
+                  yield* TestClock.adjust(step.advance)
+                  continue
+                }
+                const options = { ...step.consume!, key: prefix + step.consume!.key }
+                const got = yield* outcome(ours.consume(options))
+                const want = yield* outcome(oracle.consume(options))
+                expect(got, steps.join(" → ")).toEqual(want)
+              }
+            })
+          yield* Effect.promise(() =>
+            fc.assert(
+              fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 40 }), (ops) => runtime(execute(ops))),
+              fcParams(40)
+            )
+          )
+        }),
+        layer()
+      ), 120_000)
+  })
+}
