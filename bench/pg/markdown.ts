@@ -60,7 +60,7 @@ export interface MarkdownInput {
 }
 
 export const pgMarkdown = (m: MarkdownInput): string => {
-  const peers = m.contenders.filter((c) => c.name !== "raw" && c.name !== "alkstore-pg")
+  const peers = m.contenders.filter((c) => c.name !== "raw" && c.name !== "alkstore-pg" && c.reference !== true)
   const results = resultRows(m.samples, m.workloads, m.contenders, m.unavailable)
   const scaling = scalingRows(m.samples, m.contenders)
   const flat = flatnessRows(m.samples, m.contenders)

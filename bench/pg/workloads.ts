@@ -189,6 +189,8 @@ export interface PgContender {
   readonly open: (url: string) => Promise<Session>
   /** what "enqueue in a transaction", "worker" etc. mean for this library */
   readonly notes: ReadonlyArray<string>
+  /** a reference measurement (a floor), not a peer: left out of "ahead of every peer" */
+  readonly reference?: true
 }
 
 /** Every workload supported, except those given a reason. */

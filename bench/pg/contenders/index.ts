@@ -4,7 +4,7 @@
  */
 import type { PgContender } from "../workloads.js"
 
-export const PG_CONTENDER_NAMES = ["raw", "alkstore-pg", "pg-boss", "graphile-worker", "bullmq-pg"] as const
+export const PG_CONTENDER_NAMES = ["raw", "alkstore-pg", "pg-boss", "graphile-worker", "bullmq-pg", "effect-floor-pg"] as const
 
 export const loadPgContender = async (name: string): Promise<PgContender> => {
   switch (name) {
@@ -18,6 +18,8 @@ export const loadPgContender = async (name: string): Promise<PgContender> => {
       return (await import("./graphile.js")).contender
     case "bullmq-pg":
       return (await import("./bullmq.js")).contender
+    case "effect-floor-pg":
+      return (await import("./effectFloor.js")).contender
     default:
       throw new Error(`unknown PostgreSQL contender ${name}`)
   }

@@ -31,11 +31,10 @@ const SCHEMA = `
   CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
 `
 
-const INSERT = {
-  name: "raw_insert",
-  text: `WITH j AS (INSERT INTO jobs (queue, payload) VALUES ($1, $2) RETURNING id)
+/** The enqueue's statement ($1 queue, $2 payload): also the Effect floor's (effectFloor.ts). */
+export const INSERT_TEXT = `WITH j AS (INSERT INTO jobs (queue, payload) VALUES ($1, $2) RETURNING id)
          SELECT pg_notify('${CHANNEL}', '') FROM j`
-}
+const INSERT = { name: "raw_insert", text: INSERT_TEXT }
 const CLAIM = {
   name: "raw_claim",
   text: `UPDATE jobs SET state = 'claimed', attempts = attempts + 1,
