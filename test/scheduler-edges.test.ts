@@ -3,7 +3,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Option } from "effect"
+import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import { Outbox, Queues, Scheduler } from "../src/index.js"
 import { engines } from "./contract/harness.js"
 import { countRows, firedAt, nextFireAtOf } from "./contract/scheduler.js"
@@ -14,6 +14,21 @@ const minute = 60 * second
 
 for (const engine of engines) {
   describe(`scheduler, edge cases — ${engine.name}`, () => {
+    // Effect's clock never ends one sleep past ~24.8 days: a leader polling, renewing or maintaining on a
+    // longer setting would never come round. Such settings are refused when the store is built.
+    it.effect("settings waited in one timer are at most 24 days: more is InvalidOptions when the store is built", () =>
+      Effect.gen(function*() {
+        for (const field of ["fallbackPoll", "maintenanceEvery", "leaderTtl", "leaderRenewEvery"] as const) {
+          const exit = yield* Effect.exit(Effect.provide(Scheduler.Scheduler, engine.store({ [field]: "25 days" })))
+          expect(Exit.isFailure(exit), field).toBe(true)
+          if (Exit.isFailure(exit)) {
+            expect(Option.getOrNull(Cause.failureOption(exit.cause))).toMatchObject({ _tag: "InvalidOptions", field })
+          }
+        }
+        const ok = yield* Effect.exit(Effect.provide(Scheduler.Scheduler, engine.store({ fallbackPoll: "24 days" })))
+        expect(Exit.isSuccess(ok)).toBe(true)
+      }))
+
     it.effect("a payload string with a lone surrogate: the same outcome on every engine", () =>
       Effect.gen(function*() {
         const scheduler = yield* Scheduler.Scheduler

@@ -100,6 +100,33 @@ export const optionalDurationMillis = (
 ): Effect.Effect<number | undefined, InvalidOptions> =>
   Effect.suspend(() => fromChecked(checkOptionalDuration(field, input, positive)))
 
+/**
+ * The longest a store's settings may make it wait in one timer: 24 days.
+ * Effect's clock never ends a single sleep past 2^31 − 1 ms (~24.8 days; a
+ * JS timer cannot hold more), so a longer poll, lease or interval would
+ * silently never come round.
+ */
+export const maxWaitMillis = 24 * 86_400_000
+
+/**
+ * A store setting that is waited in one timer (`optionalDurationMillis`,
+ * positive, at most `maxWaitMillis`), or `fallback` when not given.
+ */
+export const waitSettingMillis = (
+  field: string,
+  input: Duration.DurationInput | undefined,
+  fallback: number
+): Effect.Effect<number, InvalidOptions> =>
+  Effect.flatMap(optionalDurationMillis(field, input, { positive: true }), (millis) =>
+    millis !== undefined && millis > maxWaitMillis
+      ? Effect.fail(
+        new InvalidOptions({
+          field,
+          reason: "must be at most 24 days (it is waited in one timer, and a timer past ~24.8 days never fires)"
+        })
+      )
+      : Effect.succeed(millis ?? fallback))
+
 /** An instant given as a `Date`, a `DateTime` or epoch milliseconds. */
 export type InstantInput = Date | DateTime.DateTime | number
 

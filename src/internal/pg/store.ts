@@ -7,7 +7,7 @@ import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
 import type Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
-import { optionalDurationMillis } from "../duration.js"
+import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
@@ -26,7 +26,13 @@ import { makeFlowMemory } from "../flow.js"
 import { followTableSizes } from "./planSize.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 
-/** Engine settings a PostgreSQL store accepts (all optional). */
+/**
+ * Engine settings a PostgreSQL store accepts (all optional). Those the store
+ * waits in one timer (`leaderTtl`, `leaderRenewEvery`, `maintenanceEvery`,
+ * `fallbackPoll`, `listenHeartbeat`, `listenHeartbeatTimeout`,
+ * `clockResync`, `planCheckEvery`) take at most 24 days; more is an
+ * `InvalidOptions` (a timer past ~24.8 days never fires).
+ */
 export interface StoreSettings {
   /** The schema of the engine's tables; default `alkstore`. Lowercase letters, digits and `_`, at most 48. */
   readonly schema?: string
@@ -99,6 +105,8 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
         optionalDurationMillis(field, options[field] as never, { positive: true }),
         (millis) => millis ?? fallback
       )
+    const wait = (field: keyof StoreSettings, fallback: number) =>
+      waitSettingMillis(field, options[field] as never, fallback)
     const schema = options.schema ?? "alkstore"
     if (typeof schema !== "string" || !schemaPattern.test(schema)) {
       return yield* new InvalidOptions({
@@ -116,14 +124,15 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
       schema,
       prepare: options.prepare ?? true,
       deadRetentionMillis: yield* get("deadRetention", defaultSettings.deadRetentionMillis),
-      leaderTtlMillis: yield* get("leaderTtl", defaultSettings.leaderTtlMillis),
-      leaderRenewMillis: yield* get("leaderRenewEvery", defaultSettings.leaderRenewMillis),
-      maintenanceEveryMillis: yield* get("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
-      fallbackPollMillis: yield* get("fallbackPoll", defaultSettings.fallbackPollMillis),
-      listenHeartbeatMillis: yield* get("listenHeartbeat", 5_000),
-      listenHeartbeatTimeoutMillis: yield* get("listenHeartbeatTimeout", 2_000),
-      clockResyncMillis: yield* get("clockResync", 60_000),
-      planCheckMillis: yield* get("planCheckEvery", 1_000)
+      // Settings the store waits in one timer are at most 24 days (duration.ts `maxWaitMillis`).
+      leaderTtlMillis: yield* wait("leaderTtl", defaultSettings.leaderTtlMillis),
+      leaderRenewMillis: yield* wait("leaderRenewEvery", defaultSettings.leaderRenewMillis),
+      maintenanceEveryMillis: yield* wait("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
+      fallbackPollMillis: yield* wait("fallbackPoll", defaultSettings.fallbackPollMillis),
+      listenHeartbeatMillis: yield* wait("listenHeartbeat", 5_000),
+      listenHeartbeatTimeoutMillis: yield* wait("listenHeartbeatTimeout", 2_000),
+      clockResyncMillis: yield* wait("clockResync", 60_000),
+      planCheckMillis: yield* wait("planCheckEvery", 1_000)
     }
   })
 

@@ -5,7 +5,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as path from "node:path"
 import { DatabaseReplaced, type InvalidOptions } from "../../StoreError.js"
-import { optionalDurationMillis } from "../duration.js"
+import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub, type WakeHub } from "../wake.js"
@@ -26,7 +26,12 @@ import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
 
-/** Engine settings a store accepts (all optional). */
+/**
+ * Engine settings a store accepts (all optional). Those the store waits in
+ * one timer (`leaderTtl`, `leaderRenewEvery`, `maintenanceEvery`,
+ * `fallbackPoll`, `watchInterval`) take at most 24 days; more is an
+ * `InvalidOptions` (a timer past ~24.8 days never fires).
+ */
 export interface StoreSettings {
   /** How long a claim of the file waits out another writer before failing with `SqlError`; default 30 s. */
   readonly busyPatience?: Duration.DurationInput
@@ -68,14 +73,16 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
         optionalDurationMillis(field, options[field], { positive: true }),
         (millis) => millis ?? fallback
       )
+    // Settings the store waits in one timer are at most 24 days (duration.ts `maxWaitMillis`).
+    const wait = (field: keyof StoreSettings, fallback: number) => waitSettingMillis(field, options[field], fallback)
     return {
       busyPatienceMillis: yield* get("busyPatience", 30_000),
       deadRetentionMillis: yield* get("deadRetention", defaultSettings.deadRetentionMillis),
-      leaderTtlMillis: yield* get("leaderTtl", defaultSettings.leaderTtlMillis),
-      leaderRenewMillis: yield* get("leaderRenewEvery", defaultSettings.leaderRenewMillis),
-      maintenanceEveryMillis: yield* get("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
-      fallbackPollMillis: yield* get("fallbackPoll", defaultSettings.fallbackPollMillis),
-      watchIntervalMillis: yield* get("watchInterval", 2)
+      leaderTtlMillis: yield* wait("leaderTtl", defaultSettings.leaderTtlMillis),
+      leaderRenewMillis: yield* wait("leaderRenewEvery", defaultSettings.leaderRenewMillis),
+      maintenanceEveryMillis: yield* wait("maintenanceEvery", defaultSettings.maintenanceEveryMillis),
+      fallbackPollMillis: yield* wait("fallbackPoll", defaultSettings.fallbackPollMillis),
+      watchIntervalMillis: yield* wait("watchInterval", 2)
     }
   })
 
