@@ -42,14 +42,14 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       consume: fc.record({
         algorithm: fc.constantFrom("fixed-window" as const, "token-bucket" as const),
         onExceeded: fc.constantFrom("delay" as const, "fail" as const),
-        window: fc.constantFrom(1_000, 60_000, 10_000),
-        limit: fc.constantFrom(1, 3, 5),
-        tokens: fc.constantFrom(0, 1, 1, 2, 6),
+        window: fc.constantFrom(1_000, 60_000, 10_000, 7_000, 999),
+        limit: fc.constantFrom(1, 3, 5, 2.5, 10),
+        tokens: fc.constantFrom(0, 1, 1, 2, 6, 0.5, 2.5),
         key: fc.constantFrom("a" as const, "b" as const)
       })
     })
   },
-  { weight: 1, arbitrary: fc.record({ advance: fc.constantFrom(1, 333, 1_000, 12_000, 60_000) }) }
+  { weight: 1, arbitrary: fc.record({ advance: fc.constantFrom(1, 333, 999, 1_000, 1_001, 8_571, 12_000, 60_000) }) }
 )
 
 let runs = 0
