@@ -167,7 +167,7 @@ export interface EnqueueOpts {
 
 /** `Queue.process`'s (and `OutboxHandle.run`'s) options. */
 export interface ProcessOpts {
-  /** Handlers running at once; default 1. */
+  /** Handlers running at once; default 1, at most 100 000. */
   readonly concurrency?: number
   /** Heartbeat each claim every third of its visibility timeout while the handler runs. */
   readonly heartbeat?: boolean

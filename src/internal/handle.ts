@@ -197,8 +197,11 @@ export const makeHandles = <A>(
     readonly queueName = queueName
     jobSpan: Tracer.Span | undefined = undefined
     private view: Q.Job<A> | undefined
+    /** The lease end this handle set last: its claim's, then each heartbeat's. */
+    private leaseEnd: number | null
     constructor(readonly row: JobRow, readonly payload: A) {
       this.fence = { id: row.id, token: row.claim_token }
+      this.leaseEnd = row.claimed_until
     }
     get job(): Q.Job<A> {
       if (this.view === undefined) this.view = new JobView(this.row, this.payload, queueName)
@@ -272,6 +275,7 @@ export const makeHandles = <A>(
     get heartbeat() {
       const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
+      const self = this
       return (extend?: Duration.DurationInput) => traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
         const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
         const claimedUntil = yield* instantAfter(
@@ -279,7 +283,15 @@ export const makeHandles = <A>(
           yield* now,
           extendMillis ?? row.visibility_timeout
         )
-        return yield* storage.heartbeat(fence, claimedUntil)
+        const extended = yield* storage.heartbeat(fence, claimedUntil)
+        if (!extended) return false
+        // A lease made shorter lapses before the deadline a waiter of this process computed: it reads again.
+        // (Another process's waiters learn it at their next read: the watcher or NOTIFY of any commit, at
+        // the latest their fallback poll.)
+        const shortened = self.leaseEnd !== null && claimedUntil < self.leaseEnd
+        self.leaseEnd = claimedUntil
+        if (shortened) yield* signal(1)
+        return true
       }), wonOrLost("extended"), spanOptions)
     }
   }

@@ -190,10 +190,18 @@ export const checkEnqueue = (
 }
 
 /** A positive batch size or list limit. */
-export const positiveCount = (field: string, value: number) =>
-  typeof value === "number" && Number.isSafeInteger(value) && value >= 1
+export const positiveCount = (field: string, value: number, max = Number.MAX_SAFE_INTEGER) =>
+  typeof value === "number" && Number.isSafeInteger(value) && value >= 1 && value <= max
     ? Effect.succeed(value)
-    : Effect.fail(new InvalidOptions({ field, reason: "must be a whole number of at least 1" }))
+    : Effect.fail(
+      new InvalidOptions({
+        field,
+        reason: max === Number.MAX_SAFE_INTEGER ? "must be a whole number of at least 1" : `must be a whole number from 1 to ${max}`
+      })
+    )
+
+/** The most handlers one `process` runs at once: each is a fiber of its own, allocated up front. */
+export const maxProcessConcurrency = 100_000
 
 /** A queue's limits as every engine stores them (CONTRACT §9); `null` for a limit not set. */
 export interface ResolvedLimits {

@@ -10,3 +10,15 @@ import { FiberRef } from "effect"
  * PostgreSQL's statements do not wait on a file lock, and ignore it.
  */
 export const patienceCapMillis: FiberRef.FiberRef<number> = FiberRef.unsafeMake(Number.POSITIVE_INFINITY)
+
+/**
+ * Whether the fiber's waits on a busy database end at once on interruption
+ * even inside an uninterruptible region. Set around a claim (`takeUpTo`):
+ * a take or a worker runs its claim uninterruptibly, so that a claim whose
+ * write committed always reaches a handle, but while it waits out another
+ * connection's write lock nothing has been written yet, and a stop must not
+ * sit out the store's whole patience there. The SQLite engine applies it to
+ * the pauses between its busy attempts (`sqlite/busy.ts`), never to an
+ * attempt itself; PostgreSQL's statements ignore it.
+ */
+export const busyWaitsInterruptible: FiberRef.FiberRef<boolean> = FiberRef.unsafeMake(false)

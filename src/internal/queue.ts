@@ -22,6 +22,7 @@ import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
 import { makeStream } from "./stream.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
+import { busyWaitsInterruptible } from "./patience.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
@@ -160,7 +161,8 @@ export const makeQueue = <A>(
     restore: Restore,
     options?: TakeOptions<A>
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
-    const claim = options?.claim ?? claimUpTo(workerId, n)
+    // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts).
+    const claim = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
     const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
@@ -395,7 +397,14 @@ export const makeQueue = <A>(
           span.attribute("alkstore.acked", results.filter((ok) => ok).length)
         })
       }),
-    take: (workerId) => Effect.uninterruptibleMask((restore) => takeUnder(workerId, restore)),
+    // The read and the claim run uninterruptibly (only the wait is restored): an interruption that lands
+    // meanwhile is seen as the handle is handed out, and gives the claim back (no attempt spent) rather
+    // than leaving it claimed, unseen, until its lease lapses.
+    take: (workerId) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(takeUnder(workerId, restore), (handle) =>
+          Effect.onInterrupt(restore(Effect.succeed(handle)), () => Effect.ignore(handle.release)))
+      ),
     [takeWithin]: (workerId, restore, claimOne) => takeUnder(workerId, restore, true, claimOne),
     [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
     [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),

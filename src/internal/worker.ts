@@ -4,7 +4,7 @@ import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
-import { positiveCount, validateText } from "./options.js"
+import { maxProcessConcurrency, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
 import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
@@ -145,7 +145,7 @@ export const makeProcess = <A>(
   ): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
     Effect.gen(function*() {
       yield* checkWorker(workerId)
-      const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1)
+      const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1, maxProcessConcurrency)
       const worker = Effect.uninterruptibleMask((restore) => {
         // Set when this worker's last step claimed nothing; its next take starts from it.
         let quiet: Quiet | undefined
