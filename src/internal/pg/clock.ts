@@ -12,7 +12,17 @@ import type { PgExecutor } from "./executor.js"
  * midpoint (error at most half that round trip). It is re-measured
  * periodically; a correction that would move time backwards is absorbed
  * (the clock holds still until it catches up), so it never goes backwards.
+ *
+ * The host's side is its monotonic clock (`unsafeCurrentTimeNanos`: in
+ * Effect's default Clock the process's start plus a monotonic count; under
+ * `TestClock` the same as its millis), not its wall clock: a wall clock
+ * stepped by NTP or a resumed VM moved this clock with it until the next
+ * re-measure (ten minutes ahead at once, judging other hosts' leases lapsed),
+ * then froze it for as long as the step. The monotonic clock's own drift is
+ * what the re-measures absorb.
  */
+const hostMillis = (host: Clock.Clock) => Number(host.unsafeCurrentTimeNanos()) / 1_000_000
+
 export interface Offset {
   readonly offsetMillis: number
   readonly roundTripMillis: number
@@ -22,12 +32,12 @@ export const measureOffset = (db: PgExecutor, host: Clock.Clock, samples = 5): E
   Effect.gen(function*() {
     let best: Offset | undefined
     for (let i = 0; i < samples; i++) {
-      const sent = host.unsafeCurrentTimeMillis()
+      const sent = hostMillis(host)
       const rows = yield* db.all<{ now: number }>(
         "SELECT (extract(epoch from clock_timestamp()) * 1000)::float8 AS now",
         []
       )
-      const received = host.unsafeCurrentTimeMillis()
+      const received = hostMillis(host)
       const sample = { offsetMillis: Number(rows[0]!.now) - (sent + received) / 2, roundTripMillis: received - sent }
       if (best === undefined || sample.roundTripMillis < best.roundTripMillis) best = sample
     }
@@ -57,13 +67,13 @@ export const makeDatabaseClock = (
     const warn = (o: Offset) =>
       Math.abs(o.offsetMillis) > warnAboveMillis
         ? Effect.logWarning(
-          `alkstore: this host's clock is ${Math.round(o.offsetMillis)} ms behind the database server's; ` +
+          `alkstore: this host's clock is ${Math.abs(Math.round(o.offsetMillis))} ms ${o.offsetMillis > 0 ? "behind" : "ahead of"} the database server's; ` +
             "alkstore corrects for it, but fix the host's time synchronisation"
         )
         : Effect.void
     yield* warn(current)
     const millis = () => {
-      const t = Math.round(host.unsafeCurrentTimeMillis() + current.offsetMillis)
+      const t = Math.round(hostMillis(host) + current.offsetMillis)
       if (t > last) last = t
       return last
     }

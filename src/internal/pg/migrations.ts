@@ -1,6 +1,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect } from "effect"
+import { migrationFailures } from "../migrationFailures.js"
 import type { PgExecutor } from "./executor.js"
 
 /** One statement per call (the extended protocol takes one). */
@@ -174,4 +175,4 @@ export const migrate = (executor: PgExecutor, schema: string) =>
       []
     )
     return yield* Migrator.make({})({ loader: migrations(schema), table: `${schema}.${migrationsTable}` })
-  })).pipe(Effect.provideService(SqlClient.SqlClient, executor.client))
+  })).pipe(Effect.provideService(SqlClient.SqlClient, executor.client), migrationFailures)

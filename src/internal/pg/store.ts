@@ -8,6 +8,7 @@ import type Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
 import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { schemaNameProblem } from "./schemaName.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
@@ -96,8 +97,6 @@ export interface ResolvedSettings extends EngineSettings {
   readonly planCheckMillis: number
 }
 
-const schemaPattern = /^[a-z_][a-z0-9_]{0,47}$/
-
 export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedSettings, InvalidOptions> =>
   Effect.gen(function*() {
     const get = (field: keyof StoreSettings, fallback: number) =>
@@ -108,12 +107,8 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     const wait = (field: keyof StoreSettings, fallback: number) =>
       waitSettingMillis(field, options[field] as never, fallback)
     const schema = options.schema ?? "alkstore"
-    if (typeof schema !== "string" || !schemaPattern.test(schema)) {
-      return yield* new InvalidOptions({
-        field: "schema",
-        reason: "must match ^[a-z_][a-z0-9_]{0,47}$ (a plain, unquoted PostgreSQL identifier)"
-      })
-    }
+    const problem = schemaNameProblem(schema)
+    if (problem !== undefined) return yield* problem
     if (options.clock !== undefined && options.clock !== "database" && options.clock !== "host") {
       return yield* new InvalidOptions({ field: "clock", reason: `must be "database" or "host"` })
     }

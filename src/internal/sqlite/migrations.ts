@@ -1,6 +1,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect } from "effect"
+import { migrationFailures } from "../migrationFailures.js"
 import type { Executor } from "./executor.js"
 import { idFloorTable } from "./jobIds.js"
 
@@ -181,4 +182,4 @@ export const migrationsTable = "__alkstore_migrations"
 
 /** Runs inside one `BEGIN IMMEDIATE` so processes starting together serialize. */
 export const migrate = (transaction: Executor["transaction"]) =>
-  transaction(Migrator.make({})({ loader: migrations, table: migrationsTable }))
+  migrationFailures(transaction(Migrator.make({})({ loader: migrations, table: migrationsTable })))
