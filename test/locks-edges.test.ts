@@ -164,8 +164,10 @@ for (const engine of engines) {
 
     // Production clock semantics: withLock's renewal waits a third of the ttl; a single sleep past 2^31 - 1 ms
     // never ends there. A 90-day ttl (a third: 30 days) failed with LockLost before renewals were capped at a
-    // day; the 60-day one (20 days) is the control, within a timer's range either way.
-    for (const [name, ttl] of [["quarterly", "90 days"], ["bimonthly", "60 days"]] as const) {
+    // day; the 60-day one (20 days) is the control of the virtual clock itself, within a timer's range either
+    // way (on the first engine only: it tests the harness, not the store).
+    const ttls = engine === engines[0] ? [["quarterly", "90 days"], ["bimonthly", "60 days"]] as const : [["quarterly", "90 days"]] as const
+    for (const [name, ttl] of ttls) {
       it.effect(`withLock with a ${ttl} ttl renews under the production clock's timer rule and outlives its ttl`, () =>
         Effect.provide(
           Effect.gen(function*() {
