@@ -8,7 +8,7 @@ import { maxProcessConcurrency, positiveCount, validateText } from "./options.js
 import { realClock } from "./realClock.js"
 import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
-import type { TakeOptions } from "./queue.js"
+import type { TakeOptions } from "./queueInternals.js"
 import type { Quiet } from "./wake.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
