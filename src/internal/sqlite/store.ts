@@ -140,7 +140,7 @@ export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {
   readonly filename: string
 }
 
-const isFile = (filename: string) => filename !== "" && filename !== ":memory:" && !filename.startsWith("file:")
+const isFile = (filename: string) => filename !== "" && filename !== ":memory:"
 
 export const layer = (
   options: SqliteStoreOptions
@@ -157,7 +157,10 @@ export const layer = (
       retryBusy: retryBusy(Duration.millis(settings.busyPatienceMillis)),
       wal: walSignal
     })
-    const { filename } = options
+    // The file as SQLite opened it (`""` for a memory or temporary database): better-sqlite3 takes no URIs
+    // (it is built without SQLITE_USE_URI), so a name such as `file:app.db` is a file of that name, shared
+    // with other processes, and gets the checkpointer and the watcher as any other.
+    const filename = mainFileOf(owned.db)
     const wake = makeWakeHub()
     const identity = isFile(filename) ? fileIdentity(path.resolve(filename)) : undefined
     if (isFile(filename)) {
@@ -187,6 +190,11 @@ export const layer = (
     )
     return Context.add(mechanisms, SqlClient.SqlClient, owned.client)
   })).pipe(Layer.provide(Reactivity.layer))
+
+/** The main database's file, as `PRAGMA database_list` names it (`""`: in memory, or temporary). */
+const mainFileOf = (db: { readonly pragma: (source: string) => unknown }) =>
+  (db.pragma("database_list") as ReadonlyArray<{ name: string; file: string }>).find((row) => row.name === "main")
+    ?.file ?? ""
 
 /**
  * The checkpointer thread failed (or ended early): SQLite's own automatic
