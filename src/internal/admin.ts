@@ -5,7 +5,7 @@ import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
 import { oldestPendingAge, toJob } from "./handle.js"
 import { queueDefaults } from "./options.js"
-import { isWellFormed, notWellFormedReason } from "./names.js"
+import { isWellFormed, notWellFormedReason, nulReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { toSchedule } from "./scheduler.js"
@@ -33,12 +33,17 @@ const checkId = (id: number) =>
     ? Effect.succeed(id)
     : Effect.fail(new InvalidOptions({ field: "id", reason: "must be a whole number of at least 1" }))
 
-/** Any well-formed non-empty name: operators read outbox queues too. */
+/**
+ * Any well-formed non-empty name without NUL (which no engine stores: names.ts): operators read outbox queues
+ * too, whose names are not the application's.
+ */
 const checkQueue = (name: string) =>
   typeof name !== "string" || name.length === 0
     ? Effect.fail(new InvalidName({ name: String(name), reason: "must not be empty" }))
     : !isWellFormed(name)
     ? Effect.fail(new InvalidName({ name, reason: notWellFormedReason }))
+    : name.includes("\u0000")
+    ? Effect.fail(new InvalidName({ name, reason: nulReason }))
     : Effect.succeed(name)
 
 const checkFilter = (filter: A.JobsFilter) =>

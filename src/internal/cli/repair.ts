@@ -5,6 +5,7 @@ import * as Scheduler from "../../Scheduler.js"
 import { db, jobId, json, onStore, output, parseAge, parseJson } from "./common.js"
 import { Refused, UsageError } from "./exit.js"
 import { plainJob, plainSchedule } from "./plain.js"
+import { sanitize } from "./table.js"
 
 /** The commands that change the store: requeue, cancel, purge, schedule add|remove, migrate. */
 
@@ -25,8 +26,8 @@ const repairCommand = (
           case "Done":
             return yield* output(json, { [name === "requeue" ? "requeued" : "cancelled"]: plainJob(outcome.job) }, () =>
               name === "requeue"
-                ? `requeued job ${id} (queue ${outcome.job.queue}): ${outcome.job.state}, attempts reset`
-                : `cancelled job ${id} (queue ${outcome.job.queue})`)
+                ? `requeued job ${id} (queue ${sanitize(outcome.job.queue)}): ${outcome.job.state}, attempts reset`
+                : `cancelled job ${id} (queue ${sanitize(outcome.job.queue)})`)
         }
       })))).pipe(Command.withDescription(description))
 
@@ -55,7 +56,7 @@ export const purge = Command.make("purge", {
     const age = Option.isSome(olderThan) ? yield* parseAge("--older-than", olderThan.value) : undefined
     yield* onStore(db, Effect.gen(function*() {
       const purged = yield* (yield* Admin.Admin).purgeDead(queue, age)
-      yield* output(json, { queue, purged }, () => `purged ${purged} dead job${purged === 1 ? "" : "s"} from ${queue}`)
+      yield* output(json, { queue, purged }, () => `purged ${purged} dead job${purged === 1 ? "" : "s"} from ${sanitize(queue)}`)
     }))
   })).pipe(Command.withDescription("deletes a queue's dead jobs"))
 
@@ -84,7 +85,7 @@ const scheduleAdd = Command.make("add", {
         ...Option.match(o.maxAttempts, { onNone: () => ({}), onSome: (maxAttempts) => ({ maxAttempts }) })
       })
       const plain = plainSchedule(schedule)
-      yield* output(o.json, plain, () => `scheduled ${plain.name}: ${plain.spec} into ${plain.queue}, next fire ${plain.nextFireAt}`)
+      yield* output(o.json, plain, () => `scheduled ${sanitize(plain.name)}: ${plain.spec} into ${sanitize(plain.queue)}, next fire ${plain.nextFireAt}`)
     }))
   })).pipe(Command.withDescription("registers (or updates) a schedule; a process running the scheduler fires it"))
 
@@ -92,7 +93,7 @@ const scheduleRemove = Command.make("remove", { db, json, name: Args.text({ name
   onStore(db, Effect.gen(function*() {
     const removed = yield* (yield* Scheduler.Scheduler).unschedule(name)
     if (!removed) return yield* new Refused({ reason: `no schedule ${JSON.stringify(name)}` })
-    yield* output(json, { removed: name }, () => `removed schedule ${name}`)
+    yield* output(json, { removed: name }, () => `removed schedule ${sanitize(name)}`)
   }))).pipe(Command.withDescription("removes a schedule"))
 
 export const schedule = Command.make("schedule").pipe(

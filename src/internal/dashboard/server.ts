@@ -88,6 +88,8 @@ export const parseQueue = (raw: string | undefined): Effect.Effect<string, HttpF
     ? Effect.fail(bad("a queue name is at most 1000 characters here"))
     : !isWellFormed(raw)
     ? Effect.fail(bad("a queue name must be well-formed Unicode"))
+    : raw.includes("\u0000")
+    ? Effect.fail(bad("a queue name must not contain NUL"))
     : Effect.succeed(raw)
 
 const knownParams = new Set(["state", "limit", "queue", "done"])

@@ -180,6 +180,31 @@ export const migrations = Migrator.fromRecord(migrationRecord)
 
 export const migrationsTable = "__alkstore_migrations"
 
-/** Runs inside one `BEGIN IMMEDIATE` so processes starting together serialize. */
-export const migrate = (transaction: Executor["transaction"]) =>
-  migrationFailures(transaction(Migrator.make({})({ loader: migrations, table: migrationsTable })))
+const migrationIds = Object.keys(migrationRecord).map((key) => Number(key.slice(0, key.indexOf("_"))))
+
+/**
+ * Whether every migration is applied already: a read, which in WAL mode
+ * takes no lock, so a store opened on an up-to-date file (every operator
+ * command, every process after the first) does not wait for another
+ * connection's write lock only to learn there is nothing to do. Any failure
+ * (a fresh file has no table) says no: the migration then runs and reports.
+ */
+const upToDate = (all: Executor["all"]) =>
+  all<{ migration_id: number }>(`SELECT migration_id FROM ${migrationsTable}`, []).pipe(
+    Effect.map((rows) => {
+      const applied = new Set(rows.map((row) => Number(row.migration_id)))
+      return migrationIds.every((id) => applied.has(id))
+    }),
+    Effect.orElseSucceed(() => false)
+  )
+
+/**
+ * Applies what is missing inside one `BEGIN IMMEDIATE`, so processes
+ * starting together serialize (the Migrator reads the table again under the
+ * lock: one that migrated meanwhile leaves nothing to do).
+ */
+export const migrate = (executor: Pick<Executor, "all" | "transaction">) =>
+  Effect.flatMap(upToDate(executor.all), (done) =>
+    done
+      ? Effect.void
+      : Effect.asVoid(migrationFailures(executor.transaction(Migrator.make({})({ loader: migrations, table: migrationsTable })))))

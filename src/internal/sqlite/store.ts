@@ -105,7 +105,7 @@ export const buildMechanisms = (
   wake: WakeHub = makeWakeHub()
 ): Effect.Effect<Context.Context<Mechanisms>, SqlError | MigrationError, Scope.Scope | SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    yield* migrate(executor.transaction)
+    yield* migrate(executor)
     const { filename } = file
     if (isFile(filename)) {
       yield* startWatcher(wake, {
