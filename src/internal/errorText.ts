@@ -1,4 +1,5 @@
 import { Cause } from "effect"
+import { isWellFormed } from "./names.js"
 
 /**
  * `String(error)`, or — for a value that has no text (`Object.create(null)`,
@@ -59,9 +60,17 @@ export const causeText = <E>(cause: Cause.Cause<E>): string => {
   }
 }
 
+/** A high surrogate not followed by a low one, or a low one not preceded by a high one (as names.ts). */
+const loneSurrogates = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
+
 /**
- * Error text as storage can keep it on every engine: PostgreSQL's text holds
- * no U+0000, so a NUL becomes U+FFFD (the replacement character) — a
- * `lastError` is read by people, never compared.
+ * Error text as storage keeps it alike on every engine, each character it
+ * cannot hold as U+FFFD (the replacement character) — a `lastError` is read
+ * by people, never compared: a NUL (PostgreSQL's text holds none), and a
+ * lone surrogate (PostgreSQL's driver writes one U+FFFD, better-sqlite3
+ * its three invalid UTF-8 bytes, read back as three U+FFFD).
  */
-export const storableText = (text: string): string => (text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text)
+export const storableText = (text: string): string => {
+  const withoutNul = text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text
+  return isWellFormed(withoutNul) ? withoutNul : withoutNul.replace(loneSurrogates, "\uFFFD")
+}

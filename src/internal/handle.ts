@@ -356,7 +356,8 @@ export const makeHandles = <A>(
     if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0, lost })
     return Effect.as(
       Effect.forEach(undecodable, ([row, error]) =>
-        Effect.map(storage.bury({ id: row.id, token: row.claim_token }, at, error.reason), (buried) => {
+        // The decode error's text may quote the payload (a NUL, a lone surrogate): stored as every error text is.
+        Effect.map(storage.bury({ id: row.id, token: row.claim_token }, at, storableText(error.reason)), (buried) => {
           if (buried) m.dead(1)
         })),
       { handles, buried: undecodable.length, lost }

@@ -91,7 +91,8 @@ export const resolveQueueOptions = (
   options: QueueOptionsInput | undefined
 ): Effect.Effect<Stamp, InvalidOptions> =>
   Effect.suspend(() => {
-    if (options === undefined) return Effect.succeed(base)
+    // `null` is no options, as everywhere else options are read (`opts?.`): never a TypeError.
+    if (options === undefined || options === null) return Effect.succeed(base)
     const visibilityTimeout = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibilityTimeout)) return Effect.fail(visibilityTimeout)
     const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)
@@ -132,7 +133,7 @@ export const checkEnqueue = (
   options: EnqueueOptionsInput | undefined,
   now: number
 ): Checked<ResolvedEnqueue> => {
-  if (options === undefined) {
+  if (options === undefined || options === null) {
     const lease = checkInstantAfter("visibilityTimeout", now, stamp.visibilityTimeoutMillis)
     if (isInvalid(lease)) return lease
     const expiresAt = stamp.expiresMillis === undefined ? undefined : checkInstantAfter("expires", now, stamp.expiresMillis)
