@@ -76,12 +76,12 @@ export const flowStatements = (s: string) => {
         ORDER BY flow_round, id LIMIT ${cap}) AS ahead) END AS ${prefix}ahead,
       CASE WHEN ${logged} THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = ${q} AND scope = '#' || ${group})
         ELSE 0 END AS ${prefix}last`
-  // Whether a claim of scope `scope` whose log ends at `last` fits `limit` claims per `per` at `t` (flow.ts
-  // `admits` for a walk's first claim: the claim `limit` places before it has left the window, or there is none;
-  // a pruned one judged by the oldest claim logged after it, as `logAt`).
   // The instant `logAt` answers for claim `seq` of `scope` (in the statement's snapshot: before its own writes).
   const logAtOf = (scope: string, seq: string, q: string) =>
     `(SELECT at FROM ${log} WHERE queue = ${q} AND scope = ${scope} AND seq >= ${seq} ORDER BY seq LIMIT 1)`
+  // Whether a claim of scope `scope` whose log ends at `last` fits `limit` claims per `per` at `t` (flow.ts
+  // `admits` for a walk's first claim: the claim `limit` places before it has left the window, or there is none;
+  // a pruned one judged by the oldest claim logged after it, as `logAt`).
   const admitsFirst = (limit: string, per: string, scope: string, last: string, q: string, t: string) =>
     `(${limit} IS NULL OR ${last} + 1 - ${limit} <= 0 OR NOT EXISTS (SELECT 1 FROM (SELECT at FROM ${log}
       WHERE queue = ${q} AND scope = ${scope} AND seq >= ${last} + 1 - ${limit} ORDER BY seq LIMIT 1) AS e

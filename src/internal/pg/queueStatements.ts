@@ -3,6 +3,9 @@ import { flowRoundOf } from "./flowInsert.js"
 import { claimSetOf, fencedRow } from "./claimSql.js"
 import { jobColumns } from "./rows.js"
 
+/** Due scheduled rows a claim promotes per statement (a `backlog` when full: claimRounds in queueStorage.ts). */
+const DUE_BATCH = 1000
+
 /**
  * Every statement of the PostgreSQL queue mechanism, for the tables of
  * schema `s`. Claims take their rows with `FOR UPDATE SKIP LOCKED` from the
@@ -12,9 +15,6 @@ import { jobColumns } from "./rows.js"
  * work claimable notify in the same statement (`n.tail`), so the NOTIFY is
  * delivered on commit only.
  */
-/** Due scheduled rows a claim promotes per statement (a `backlog` when full: claimRounds in queueStorage.ts). */
-const DUE_BATCH = 1000
-
 export const queueStatements = (s: string, n: Notifier) => {
   const jobs = `${s}.__alkstore_jobs`
   const columns = jobColumns()
@@ -48,7 +48,8 @@ export const queueStatements = (s: string, n: Notifier) => {
    * may lie beyond it, and one of them may come first in that order) picks
    * nothing and only promotes: the caller runs the claim again until every
    * due row is pending, so a claim always chooses among all claimable jobs,
-   * as on SQLite (a backlog of due rows forms only while nobody claims). A prepared statement keeps its generic
+   * as on SQLite (a backlog of due rows forms only while nobody claims).
+   * A prepared statement keeps its generic
    * plan until the table's statistics change, and one made while the table
    * was nearly empty, as a store's first claims are, runs on as its backlog
    * grows: with `id = ANY (ARRAY(…))` for both writes that plan scanned the
