@@ -10,15 +10,10 @@ import { Cause, Clock, Effect, Exit, Fiber, Layer, Option, Redacted, Scope, Test
 import { makeDatabaseClock, measureOffset } from "../src/internal/pg/clock.js"
 import type { PgExecutor } from "../src/internal/pg/executor.js"
 import Pg from "pg"
-import * as net from "node:net"
 import { Locks, PgStore, Scheduler } from "../src/index.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor, sqliteOwned } from "./contract/harness.js"
 import { queueOf } from "./contract/support.js"
-
-const killListeners = (schemaAppName = "alkstore-listen") =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-      WHERE application_name = ${schemaAppName} AND datname = current_database()`)
+import { killListeners, throughProxy } from "./support/pgProxy.js"
 
 const withAdmin = <A>(f: (client: Pg.Client) => Promise<A>) =>
   Effect.promise(async () => {
@@ -40,7 +35,7 @@ describe("PostgreSQL engine edges", () => {
     const filename = freshFile("kill-early")
     return Effect.gen(function*() {
       const queue = yield* queueOf("early")
-      yield* killListeners()
+      yield* killListeners
       yield* Effect.sleep("300 millis")
       const taker = yield* Effect.fork(queue.take("w"))
       yield* Effect.sleep("300 millis")
@@ -59,7 +54,7 @@ describe("PostgreSQL engine edges", () => {
       const taker = yield* Effect.fork(queue.take("w"))
       yield* Effect.sleep("200 millis")
       for (let i = 0; i < 4; i++) {
-        yield* killListeners()
+        yield* killListeners
         yield* Effect.sleep("150 millis")
       }
       yield* Effect.sleep("1500 millis")
@@ -237,12 +232,8 @@ describe("PostgreSQL engine edges", () => {
 
   it.live("a commit made while the LISTEN connection was down reaches an idle process worker at the reconnect, not the fallback poll", () => {
     const filename = freshFile("gap")
-    const schema = pgSchemaFor(filename)
     return Effect.gen(function*() {
-      const url = new URL(yield* Effect.promise(pgDatabaseUrl))
-      const proxy = yield* refusingProxy(url)
-      const viaProxy = new URL(url)
-      viaProxy.port = String(proxy.port)
+      const { layer, proxy } = yield* throughProxy(filename, { listenHeartbeat: "10 seconds" })
       const handled: Array<unknown> = []
       yield* Effect.gen(function*() {
         const queue = yield* queueOf("gap")
@@ -250,47 +241,31 @@ describe("PostgreSQL engine edges", () => {
         yield* Effect.fork(queue.process("w", (job) => Effect.sync(() => handled.push(job.payload))))
         for (let i = 0; i < 100 && handled.length < 1; i++) yield* Effect.sleep("20 millis")
         yield* Effect.sleep("300 millis") // idle, waiting
-        proxy.refuse(true)
-        yield* killListeners()
+        proxy.mode("refuse")
+        yield* killListeners
         yield* Effect.sleep("300 millis")
         yield* Effect.flatMap(queueOf("gap"), (q) => q.enqueue({ n: 1 })).pipe(Effect.provide(pgOwned.store({ filename })))
         yield* Effect.sleep("300 millis")
-        proxy.refuse(false)
+        proxy.mode("forward")
         for (let i = 0; i < 150 && handled.length < 2; i++) yield* Effect.sleep("20 millis")
         expect(handled).toEqual([{ n: 0 }, { n: 1 }])
-      }).pipe(Effect.provide(PgStore.layer({
-        url: Redacted.make(url.toString()),
-        listenUrl: viaProxy.toString(),
-        schema,
-        clock: "host",
-        fallbackPoll: "1 hour",
-        listenHeartbeat: "10 seconds"
-      })))
+      }).pipe(Effect.provide(layer))
     }).pipe(Effect.scoped)
   })
 
   it.live("closing a store while its LISTEN reconnect hangs on a server that never answers ends promptly", () => {
     const filename = freshFile("close-hung")
-    const schema = pgSchemaFor(filename)
     return Effect.gen(function*() {
-      const url = new URL(yield* Effect.promise(pgDatabaseUrl))
-      const proxy = yield* refusingProxy(url)
-      const viaProxy = new URL(url)
-      viaProxy.port = String(proxy.port)
-      const scope = yield* Scope.make()
-      const context = yield* Layer.buildWithScope(PgStore.layer({
-        url: Redacted.make(url.toString()),
-        listenUrl: viaProxy.toString(),
-        schema,
-        clock: "host",
-        fallbackPoll: "1 hour",
+      const { layer, proxy } = yield* throughProxy(filename, {
         listenHeartbeat: "10 seconds",
         listenHeartbeatTimeout: "20 seconds"
-      }), scope)
+      })
+      const scope = yield* Scope.make()
+      const context = yield* Layer.buildWithScope(layer, scope)
       const waiter = yield* Effect.fork(Effect.flatMap(queueOf("hung"), (q) => q.take("w")).pipe(Effect.provide(context)))
       yield* Effect.sleep("200 millis")
-      proxy.blackhole(true)
-      yield* Effect.provide(killListeners(), context)
+      proxy.mode("blackhole")
+      yield* Effect.provide(killListeners, context)
       yield* Effect.sleep("300 millis") // the reconnect now hangs (its deadline is 20 s away)
       const started = performance.now()
       yield* Fiber.interrupt(waiter)
@@ -394,42 +369,3 @@ describe("PostgreSQL engine edges", () => {
       )
     }))
 })
-
-/** A TCP proxy to the server that can refuse new connections or accept and never answer them. */
-const refusingProxy = (target: URL) =>
-  Effect.acquireRelease(
-    Effect.async<{ port: number; refuse: (on: boolean) => void; blackhole: (on: boolean) => void; open: () => number; close: () => void }>((resume) => {
-      const sockets = new Set<net.Socket>()
-      let refusing = false
-      let holding = false
-      const server = net.createServer((client) => {
-        client.on("error", () => {})
-        if (refusing) return void client.destroy()
-        sockets.add(client)
-        client.on("close", () => sockets.delete(client))
-        if (holding) return void client.resume() // read and drop: never answered
-        const upstream = net.connect(Number(target.port), target.hostname)
-        upstream.on("error", () => client.destroy())
-        client.on("close", () => upstream.destroy())
-        upstream.on("close", () => client.destroy())
-        client.pipe(upstream)
-        upstream.pipe(client)
-      })
-      server.listen(0, "127.0.0.1", () =>
-        resume(Effect.succeed({
-          port: (server.address() as net.AddressInfo).port,
-          refuse: (on) => {
-            refusing = on
-          },
-          blackhole: (on) => {
-            holding = on
-          },
-          open: () => sockets.size,
-          close: () => {
-            for (const socket of sockets) socket.destroy()
-            server.close()
-          }
-        })))
-    }),
-    (proxy) => Effect.sync(() => proxy.close())
-  )
