@@ -439,6 +439,8 @@ export interface EngineShape {
   /** Unique per store instance: the default lock owner's prefix. */
   readonly instanceId: string
   readonly settings: EngineSettings
+  /** Queues whose gauges this store set to a depth (`stats`, the sampler): the sampler zeroes them once empty. */
+  readonly gaugedQueues: Set<string>
 }
 
 export class Engine extends Context.Tag("alkstore/internal/Engine")<Engine, EngineShape>() {}

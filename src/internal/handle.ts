@@ -7,7 +7,7 @@ import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
-import { attr, type Attributes, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
+import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -126,10 +126,11 @@ export type Outcome = "acked" | "released" | "retried" | "dead" | "lost"
 
 /** Ends a job's span with its outcome, unless it has ended already (a stream's end closes those still open). */
 export const endSpan = (span: Tracer.Span, outcome: string): Effect.Effect<void> =>
-  span.status._tag === "Ended" ? Effect.void : Effect.map(Clock.currentTimeNanos, (nanos) => {
-    span.attribute(attr.outcome, outcome)
-    span.end(nanos, Exit.void)
-  })
+  span.status._tag === "Ended" ? Effect.void : Effect.map(Clock.currentTimeNanos, (nanos) =>
+    describing(() => {
+      span.attribute(attr.outcome, outcome)
+      span.end(nanos, Exit.void)
+    }))
 
 /**
  * The outcome of a handler on its claim, settled from the fiber that ran it

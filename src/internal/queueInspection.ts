@@ -46,6 +46,7 @@ export const makeInspection = <A>(
       const at = yield* now
       const row = yield* storage.stats(name, at)
       setGauges(name, { ...row, oldestPendingAgeMillis: row.oldestPendingRunAt === null ? undefined : Math.max(0, at - row.oldestPendingRunAt) })
+      engine.gaugedQueues.add(name) // the sampler zeroes them once the queue is empty
       const claimable = row.pending === 0 ? undefined : yield* flow.claimablePending(name, at)
       return {
         pending: row.pending,

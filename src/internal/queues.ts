@@ -58,10 +58,11 @@ export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.Maintenance
 
 /**
  * Refreshes every queue's depth and oldest-pending-age gauges from one read
- * of all queues; a queue seen before and empty now reads zero.
+ * of all queues; a queue whose gauges this store set before (here, or by a
+ * queue's `stats`) and empty now reads zero.
  */
 const makeSampler = (engine: EngineShape): Effect.Effect<void, SqlError> => {
-  let seen = new Set<string>()
+  const seen = engine.gaugedQueues
   return Effect.gen(function*() {
     const at = yield* Clock.currentTimeMillis
     const rows = yield* engine.admin.queueDepths(at)
@@ -76,6 +77,7 @@ const makeSampler = (engine: EngineShape): Effect.Effect<void, SqlError> => {
     for (const queue of seen) {
       if (!now.has(queue)) setGauges(queue, { pending: 0, scheduled: 0, claimed: 0, dead: 0, oldestPendingAgeMillis: undefined })
     }
-    seen = now
+    seen.clear()
+    for (const queue of now) seen.add(queue)
   })
 }

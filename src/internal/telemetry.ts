@@ -81,8 +81,22 @@ export const inSpan = <A, E, R>(
 ): Effect.Effect<A, E, R> =>
   Effect.useSpan(name, { attributes, captureStackTrace: false, ...options }, (span) => {
     const inner = Effect.withParentSpan(effect, span)
-    return outcome === undefined ? inner : Effect.tap(inner, (a) => Effect.sync(() => outcome(a, span)))
+    return outcome === undefined ? inner : Effect.tap(inner, (a) => Effect.sync(() => describing(() => outcome(a, span))))
   })
+
+/**
+ * Runs `describe` (attributes on a span), ignoring what it throws: the
+ * operation it describes has happened (a committed enqueue, a claim), and a
+ * tracer's failure must not turn it into a defect (the caller would retry a
+ * committed write) or stop a worker holding a claim.
+ */
+export const describing = (describe: () => void): void => {
+  try {
+    describe()
+  } catch {
+    // a tracer's own failure: the span misses an attribute
+  }
+}
 
 /** `make(span)` in a new span (the caller checked `tracing`), for a body that sets its own attributes. */
 export const withNewSpan = <A, E, R>(

@@ -6,7 +6,7 @@ import type { EngineShape, JobRow } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { maxProcessConcurrency, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
-import { attr, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
+import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
 import type { TakeOptions } from "./queueInternals.js"
 import type { Quiet } from "./wake.js"
@@ -192,12 +192,14 @@ export const makeProcess = <A>(
               return ackThenClaim(
                 handle,
                 workerId,
-                span && ((acked) => span.attribute(attr.outcome, acked ? "acked" : "lost")),
+                span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : "lost"))),
                 onEmpty
               )
             }
             return Effect.as(
-              span === undefined ? settle(handle, exit) : Effect.tap(settle(handle, exit), (outcome) => span.attribute(attr.outcome, outcome)),
+              span === undefined
+                ? settle(handle, exit)
+                : Effect.tap(settle(handle, exit), (outcome) => describing(() => span.attribute(attr.outcome, outcome))),
               Option.none()
             )
           })

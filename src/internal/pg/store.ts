@@ -214,7 +214,8 @@ export const buildMechanisms = (
       signal: makeSignal(executor, wake),
       wake,
       instanceId,
-      settings
+      settings,
+      gaugedQueues: new Set()
     }
     const mechanisms = Context.add(yield* makeMechanisms(engine), StoreActivity, { inFlight: executor.inFlight }) as Context.Context<
       Mechanisms

@@ -130,7 +130,8 @@ export const buildMechanisms = (
       signal: makeCommitSignals(wake.signal),
       wake,
       instanceId: crypto.randomUUID(),
-      settings
+      settings,
+      gaugedQueues: new Set()
     }
     return yield* makeMechanisms(engine)
   })
