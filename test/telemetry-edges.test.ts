@@ -4,27 +4,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Metric, Option, TestClock, Tracer } from "effect"
+import { Effect, Fiber, Metric, Option, Tracer } from "effect"
 import { Outbox, Queues, Scheduler, Telemetry } from "../src/index.js"
-import { engines, sqliteOwned, pgOwned } from "./contract/harness.js"
+import { pgOwned, sqliteOwned } from "./contract/harness.js"
+import { counts, freshQueue } from "./contract/telemetry.js"
 import { advance, eventually, mustClaim, ms, queueOf, settle } from "./contract/support.js"
-
-let unique = 0
-const freshName = (label: string) => `${label}-${process.pid}-${++unique}`
-
-const counter = (metric: Metric.Metric.Counter<number>, queue: string) =>
-  Effect.map(Metric.value(Metric.tagged(metric, "queue", queue)), (state) => state.count)
-
-const counts = (queue: string) =>
-  Effect.all({
-    enqueued: counter(Telemetry.metrics.enqueued, queue),
-    claimed: counter(Telemetry.metrics.claimed, queue),
-    acked: counter(Telemetry.metrics.acked, queue),
-    retried: counter(Telemetry.metrics.retried, queue),
-    dead: counter(Telemetry.metrics.dead, queue),
-    expired: counter(Telemetry.metrics.expired, queue),
-    leaseLapses: counter(Telemetry.metrics.leaseLapses, queue)
-  })
 
 const depth = (queue: string, state: string) =>
   Effect.map(
@@ -34,13 +18,33 @@ const depth = (queue: string, state: string) =>
 const age = (queue: string) =>
   Effect.map(Metric.value(Metric.tagged(Telemetry.metrics.oldestPendingAge, "queue", queue)), (g) => g.value)
 
+/** A tracer (Effect's own underneath) whose spans named so throw when `key` is set on them: an exporter's failure. */
+const throwingOn = (named: (name: string) => boolean, key: string) => {
+  const native = Effect.runSync(Effect.tracer)
+  return Tracer.make({
+    span: (name, parent, context, links, startTime, kind, options) => {
+      const span = native.span(name, parent, context, links, startTime, kind, options)
+      if (named(name)) {
+        const original = span.attribute.bind(span)
+        span.attribute = (k, value) => {
+          if (k === key) throw new Error("exporter exploded")
+          original(k, value)
+        }
+      }
+      return span
+    },
+    context: (f) => f()
+  })
+}
+
 const second = 1000
 
-for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqliteOwned && e !== pgOwned).slice(0, 0)]) {
+// Each engine's own layer: telemetry is engine-free above the storage calls.
+for (const engine of [sqliteOwned, pgOwned]) {
   describe(`telemetry edges — ${engine.name}`, () => {
     it.effect("gauges set by stats are zeroed by sampleMetrics once the queue empties", () =>
       Effect.gen(function*() {
-        const name = freshName("stats-gauge")
+        const name = freshQueue("stats-gauge")
         const queues = yield* Queues.Queues
         const queue = yield* queueOf(name)
         yield* queue.enqueue({ n: 1 })
@@ -58,7 +62,7 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
 
     it.effect("outbox enqueue: group, key, priority, delay and maxAttempts reach the backing job", () =>
       Effect.gen(function*() {
-        const outboxName = freshName("box")
+        const outboxName = freshQueue("box")
         const box = yield* (yield* Outbox.Outbox).outbox(outboxName)
         const backing = `__alkstore_outbox:${outboxName}`
         const id = yield* box.enqueue({ a: 1 }, { group: "tenant-1", key: "k1", priority: 7, delay: "10 seconds", maxAttempts: 2 })
@@ -90,8 +94,8 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
     it.effect("ScheduleOpts: group, priority, maxAttempts, expires and the payload reach each fired job", () =>
       Effect.gen(function*() {
         const scheduler = yield* Scheduler.Scheduler
-        const target = freshName("sched-target")
-        const registered = yield* scheduler.schedule(freshName("sched"), "@every 1m", target, { hello: "world" }, {
+        const target = freshQueue("sched-target")
+        const registered = yield* scheduler.schedule(freshQueue("sched"), "@every 1m", target, { hello: "world" }, {
           group: "g-1",
           priority: 3,
           maxAttempts: 9,
@@ -125,7 +129,7 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
 
     it.effect("outbox run: a failed delivery is retried on the backoff, counted once per attempt, handler_ms per job", () =>
       Effect.gen(function*() {
-        const outboxName = freshName("box-run")
+        const outboxName = freshQueue("box-run")
         const box = yield* (yield* Outbox.Outbox).outbox(outboxName, { maxAttempts: 2 })
         const backing = `__alkstore_outbox:${outboxName}`
         let calls = 0
@@ -148,7 +152,7 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
 
     it.effect("wait_ms of a claim taken from a lapsed lease counts from its lapse, not its first due", () =>
       Effect.gen(function*() {
-        const name = freshName("lapse-wait")
+        const name = freshQueue("lapse-wait")
         const queue = yield* queueOf(name, { visibilityTimeout: "10 seconds" })
         yield* queue.enqueue({ n: 1 })
         yield* mustClaim(queue, "w1") // wait 0
@@ -162,24 +166,9 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
       }).pipe(Effect.provide(engine.store())))
 
     it.effect("a tracer whose spans throw on attribute() throwing on the job-id attribute does not turn a committed enqueue into a defect", () => {
-      const native = Effect.runSync(Effect.tracer)
-      const tracer = Tracer.make({
-        span: (name, parent, context, links, startTime, kind, options) => {
-          const span = native.span(name, parent, context, links, startTime, kind, options)
-          if (name.startsWith("alkstore.")) {
-            const original = span.attribute.bind(span)
-            // only the attribute set once the operation's result is known (the job id)
-            span.attribute = (key, value) => {
-              if (key === "alkstore.job.id") throw new Error("exporter exploded")
-              original(key, value)
-            }
-          }
-          return span
-        },
-        context: (f) => f()
-      })
+      const tracer = throwingOn((name) => name.startsWith("alkstore."), "alkstore.job.id")
       return Effect.gen(function*() {
-        const name = freshName("throwing-tracer")
+        const name = freshQueue("throwing-tracer")
         const queue = yield* queueOf(name)
         const exit = yield* Effect.exit(queue.enqueue({ n: 1 }))
         const sql = yield* SqlClient.SqlClient
@@ -187,29 +176,14 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
           Effect.withTracerEnabled(false)
         )
         // the job was written: the enqueue must report it, not die after the commit
-        if (exit._tag === "Failure") console.log(String(exit.cause))
         expect({ committedRows: rows.length, exit: exit._tag }).toEqual({ committedRows: 1, exit: "Success" })
       }).pipe(Effect.provide(engine.store()), Effect.withTracer(tracer))
     })
 
     it.effect("a tracer throwing on the outcome attribute does not end a process worker", () => {
-      const native = Effect.runSync(Effect.tracer)
-      const tracer = Tracer.make({
-        span: (name, parent, context, links, startTime, kind, options) => {
-          const span = native.span(name, parent, context, links, startTime, kind, options)
-          if (name === "alkstore.queue.process") {
-            const original = span.attribute.bind(span)
-            span.attribute = (key, value) => {
-              if (key === "alkstore.outcome") throw new Error("exporter exploded")
-              original(key, value)
-            }
-          }
-          return span
-        },
-        context: (f) => f()
-      })
+      const tracer = throwingOn((name) => name === "alkstore.queue.process", "alkstore.outcome")
       return Effect.gen(function*() {
-        const name = freshName("throwing-worker")
+        const name = freshQueue("throwing-worker")
         const queue = yield* queueOf(name)
         let handled = 0
         const worker = yield* Effect.fork(queue.process("w", () => Effect.sync(() => void handled++)))
@@ -228,4 +202,3 @@ for (const engine of [sqliteOwned, pgOwned, ...engines.filter((e) => e !== sqlit
   })
 }
 
-void TestClock

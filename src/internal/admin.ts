@@ -4,7 +4,7 @@ import type * as A from "../Admin.js"
 import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
 import { oldestPendingAge, toJob } from "./handle.js"
-import { queueDefaults } from "./options.js"
+import { isJobId, queueDefaults } from "./options.js"
 import { isWellFormed, notWellFormedReason, nulReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
@@ -29,7 +29,7 @@ export const toJobInfo = (row: JobRow): A.JobInfo => ({
 })
 
 const checkId = (id: number) =>
-  typeof id === "number" && Number.isSafeInteger(id) && id >= 1
+  isJobId(id)
     ? Effect.succeed(id)
     : Effect.fail(new InvalidOptions({ field: "id", reason: "must be a whole number of at least 1" }))
 

@@ -1,5 +1,5 @@
 import { Cause } from "effect"
-import { isWellFormed } from "./names.js"
+import { toWellFormed } from "./names.js"
 
 /**
  * `String(error)`, or — for a value that has no text (`Object.create(null)`,
@@ -60,9 +60,6 @@ export const causeText = <E>(cause: Cause.Cause<E>): string => {
   }
 }
 
-/** A high surrogate not followed by a low one, or a low one not preceded by a high one (as names.ts). */
-const loneSurrogates = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
-
 /**
  * Error text as storage keeps it alike on every engine, each character it
  * cannot hold as U+FFFD (the replacement character) — a `lastError` is read
@@ -72,5 +69,5 @@ const loneSurrogates = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
  */
 export const storableText = (text: string): string => {
   const withoutNul = text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text
-  return isWellFormed(withoutNul) ? withoutNul : withoutNul.replace(loneSurrogates, "\uFFFD")
+  return toWellFormed(withoutNul)
 }

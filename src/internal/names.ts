@@ -22,6 +22,10 @@ export const isWellFormed: (text: string) => boolean = nativeIsWellFormed !== un
   ? (text) => nativeIsWellFormed.call(text)
   : isWellFormedByPattern
 
+/** `text` with each lone surrogate replaced by U+FFFD (what `String.prototype.toWellFormed` does). */
+export const toWellFormed = (text: string): string =>
+  isWellFormed(text) ? text : text.replace(new RegExp(loneSurrogate.source, "g"), "\uFFFD")
+
 /** The reason a string the store keeps and compares is refused when it is not well-formed. */
 export const notWellFormedReason = "must be well-formed UTF-16 (it has a lone surrogate, which storage cannot keep)"
 

@@ -190,6 +190,12 @@ export const checkEnqueue = (
   }
 }
 
+/**
+ * Whether a job could have this id (a positive safe integer): any other number names no job, on every
+ * engine (PostgreSQL would refuse it as a `bigint` with an error, SQLite finds no row).
+ */
+export const isJobId = (id: unknown): id is number => typeof id === "number" && Number.isSafeInteger(id) && id >= 1
+
 /** A positive batch size or list limit. */
 export const positiveCount = (field: string, value: number, max = Number.MAX_SAFE_INTEGER) =>
   typeof value === "number" && Number.isSafeInteger(value) && value >= 1 && value <= max

@@ -4,15 +4,10 @@ import type * as Q from "../Queues.js"
 import { optionalDurationMillis } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { oldestPendingAge, storedJob } from "./handle.js"
-import { positiveCount } from "./options.js"
+import { isJobId, positiveCount } from "./options.js"
 import { inRounds } from "./rounds.js"
 import { attr, setGauges, traced } from "./telemetry.js"
 
-/**
- * Whether a job could have this id (a positive safe integer): any other number names no job, on every
- * engine (PostgreSQL would refuse it as a `bigint` with an error, SQLite finds no row).
- */
-const isJobId = (id: number) => Number.isSafeInteger(id) && id > 0
 
 /**
  * A queue's inspection and repair (`getJob`, `cancel`, `stats`, `dead`,

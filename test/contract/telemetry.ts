@@ -34,12 +34,12 @@ export const collectingTracer = () => {
 
 let unique = 0
 /** A queue name no other test (nor engine) in this process uses: metrics are process-wide. */
-const freshQueue = (label: string) => `${label}-${process.pid}-${++unique}`
+export const freshQueue = (label: string) => `${label}-${process.pid}-${++unique}`
 
 const counter = (metric: Metric.Metric.Counter<number>, queue: string) =>
   Effect.map(Metric.value(Metric.tagged(metric, "queue", queue)), (state) => state.count)
 
-const counts = (queue: string) =>
+export const counts = (queue: string) =>
   Effect.all({
     enqueued: counter(Telemetry.metrics.enqueued, queue),
     claimed: counter(Telemetry.metrics.claimed, queue),

@@ -161,7 +161,7 @@ export const layer = (
     // The file as SQLite opened it (`""` for a memory or temporary database): better-sqlite3 takes no URIs
     // (it is built without SQLITE_USE_URI), so a name such as `file:app.db` is a file of that name, shared
     // with other processes, and gets the checkpointer and the watcher as any other.
-    const filename = mainFileOf(owned.db)
+    const filename = mainFileIn(owned.db.pragma("database_list") as ReadonlyArray<{ name: string; file: string }>)
     const wake = makeWakeHub()
     const identity = isFile(filename) ? fileIdentity(path.resolve(filename)) : undefined
     if (isFile(filename)) {
@@ -192,10 +192,9 @@ export const layer = (
     return Context.add(mechanisms, SqlClient.SqlClient, owned.client)
   })).pipe(Layer.provide(Reactivity.layer))
 
-/** The main database's file, as `PRAGMA database_list` names it (`""`: in memory, or temporary). */
-const mainFileOf = (db: { readonly pragma: (source: string) => unknown }) =>
-  (db.pragma("database_list") as ReadonlyArray<{ name: string; file: string }>).find((row) => row.name === "main")
-    ?.file ?? ""
+/** The main database's file in `PRAGMA database_list`'s rows (`""`: in memory, or temporary). */
+const mainFileIn = (databases: ReadonlyArray<{ name: string; file: string }>) =>
+  databases.find((row) => row.name === "main")?.file ?? ""
 
 /**
  * The checkpointer thread failed (or ended early): SQLite's own automatic
@@ -233,7 +232,6 @@ export const layerFromClient = (
     const settings = yield* resolveSettings(options)
     const client = yield* SqlClient.SqlClient
     const executor = yield* fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
-    const files = yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", [])
-    const main = files.find((row) => row.name === "main")?.file ?? ""
+    const main = mainFileIn(yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", []))
     return yield* buildMechanisms(executor, { filename: main }, settings)
   }))
