@@ -14,7 +14,9 @@ export const exitCodes = {
   /** The database could not be opened or reached, or this build has no engine for it. */
   unavailable: 3,
   /** The database failed during the operation (a storage error). */
-  storage: 4
+  storage: 4,
+  /** `dashboard` could not listen on its address: the port in use, no such address, no permission. */
+  listen: 5
 } as const
 
 /** A bad argument caught by the CLI itself (exit 2). */
@@ -34,14 +36,32 @@ export class Refused extends Data.TaggedError("Refused")<{ readonly reason: stri
 const usageTags = new Set(["UsageError", "InvalidOptions", "InvalidName", "ReservedName", "InvalidSpec", "InvalidPayload"])
 const unavailableTags = new Set(["DatabaseUnavailable"])
 
+/**
+ * A failure's text: its message, else its cause's (some errors, such as the
+ * platform's, carry the reason in `cause` only), else its tag.
+ */
+const textOf = (error: unknown, depth = 0): string => {
+  if (typeof error !== "object" || error === null) return String(error)
+  const message = (error as { message?: unknown }).message
+  if (typeof message === "string" && message.trim() !== "") return message
+  const cause = (error as { cause?: unknown }).cause
+  if (cause !== undefined && depth < 5) {
+    const text = textOf(cause, depth + 1)
+    if (text !== "") return text
+  }
+  const tag = (error as { _tag?: unknown })._tag
+  return typeof tag === "string" ? tag : String(error)
+}
+
 /** The exit code and the message of a failure. */
 export const classify = (error: unknown): { readonly code: number; readonly message: string } => {
   const tag = (error as { _tag?: unknown } | null)?._tag
-  const message = error instanceof Error ? error.message : String(error)
+  const message = textOf(error)
   if (typeof tag === "string") {
     if (tag === "Refused") return { code: exitCodes.refused, message }
     if (usageTags.has(tag)) return { code: exitCodes.usage, message }
     if (unavailableTags.has(tag)) return { code: exitCodes.unavailable, message }
+    if (tag === "ListenFailed") return { code: exitCodes.listen, message }
   }
   return { code: exitCodes.storage, message: `storage error: ${message}` }
 }

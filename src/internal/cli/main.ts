@@ -5,7 +5,8 @@ import { Cause, Console, Effect, Exit, Layer, Option } from "effect"
 import * as fs from "node:fs"
 import { classify, exitCodes } from "./exit.js"
 import { dead, job, jobs, locks, schedules, stats } from "./inspect.js"
-import { cancel, migrate, purge, requeue, schedule } from "./repair.js"
+import { cancel, migrate, purge, requeue, schedule, scheduleAdd, scheduleRemove } from "./repair.js"
+import { commandNode, resolve, unknownOption } from "./usage.js"
 import { watch } from "./watch.js"
 import { dashboard } from "../dashboard/command.js"
 
@@ -14,21 +15,40 @@ const root = Command.make("alkstore").pipe(
   Command.withSubcommands([stats, jobs, job, dead, requeue, cancel, purge, schedules, schedule, locks, migrate, watch, dashboard])
 )
 
+/** The same tree, for checking a command line's options and finding the command a usage error is about. */
+const tree = commandNode(root, [
+  commandNode(stats),
+  commandNode(jobs),
+  commandNode(job),
+  commandNode(dead),
+  commandNode(requeue),
+  commandNode(cancel),
+  commandNode(purge),
+  commandNode(schedules),
+  commandNode(schedule, [commandNode(scheduleAdd), commandNode(scheduleRemove)]),
+  commandNode(locks),
+  commandNode(migrate),
+  commandNode(watch),
+  commandNode(dashboard)
+])
+
 // eslint-disable-next-line no-control-regex
 const sgr = /\x1b\[[0-9;]*m/g
 
 /**
  * @effect/cli colours its help and errors whatever the output: colours only
- * on a terminal, and never under NO_COLOR (https://no-color.org).
+ * on a terminal, and never under NO_COLOR (https://no-color.org). With
+ * `toStderr`, what it prints as output goes to stderr (help after an error).
  */
-const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
-  const colour = process.stdout.isTTY === true && (process.env.NO_COLOR ?? "") === ""
-  if (colour) return effect
-  const strip = (args: ReadonlyArray<unknown>) => args.map((a) => (typeof a === "string" ? a.replace(sgr, "") : a))
+const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>, options: { readonly toStderr?: boolean } = {}): Effect.Effect<A, E, R> => {
+  const terminal = options.toStderr === true ? process.stderr : process.stdout
+  const colour = terminal.isTTY === true && (process.env.NO_COLOR ?? "") === ""
+  if (colour && options.toStderr !== true) return effect
+  const strip = (args: ReadonlyArray<unknown>) => (colour ? args : args.map((a) => (typeof a === "string" ? a.replace(sgr, "") : a)))
   return Console.consoleWith((base) =>
     Effect.withConsole(effect, {
       ...base,
-      log: (...args: ReadonlyArray<unknown>) => base.log(...strip(args)),
+      log: (...args: ReadonlyArray<unknown>) => (options.toStderr === true ? base.error(...strip(args)) : base.log(...strip(args))),
       error: (...args: ReadonlyArray<unknown>) => base.error(...strip(args))
     }))
 }
@@ -45,29 +65,45 @@ const version = (() => {
 const cli = Command.run(root, { name: "alkstore", version })
 
 /**
+ * The help of the command at the head of `argv` (`alkstore jobs --help`'s
+ * text, the top level's for no known command), on stderr: what a usage
+ * error prints after its message.
+ */
+const helpFor = (argv: ReadonlyArray<string>) =>
+  withPlainText(cli(["node", "alkstore", ...resolve(tree, argv).path, "--help"]), { toStderr: true }).pipe(Effect.ignore)
+
+/**
  * Runs the CLI on `argv` (without node and the script) and resolves to the
- * exit code: failures are printed as one line on stderr. A command stopped
- * by an interrupt (Ctrl-C, SIGTERM) ends normally: `watch` and `dashboard`
- * run until then.
+ * exit code: failures are printed as one line on stderr, usage errors
+ * followed by the command's help. A command stopped by an interrupt
+ * (Ctrl-C, SIGTERM) ends normally: `watch` and `dashboard` run until then.
  */
 export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
-  withPlainText(cli(["node", "alkstore", ...argv])).pipe(
-    Effect.provide(Layer.merge(NodeContext.layer, CliConfig.layer({ showBuiltIns: false }))),
+  Option.match(unknownOption(tree, argv), {
+    onNone: () => withPlainText(cli(["node", "alkstore", ...argv])),
+    onSome: (error) => Effect.fail(error)
+  }).pipe(
     Effect.as(exitCodes.ok as number),
     Effect.catchAllCause((cause) => {
       if (Cause.isInterruptedOnly(cause)) return Effect.succeed(exitCodes.ok as number)
       const failure = Cause.failureOption(cause)
       if (Option.isSome(failure)) {
         const error = failure.value
-        // @effect/cli has printed its own help text for a bad command line.
+        // @effect/cli has printed its own message for a bad command line.
         if (ValidationError.isValidationError(error)) {
-          return Effect.succeed(exitCodes.usage as number)
+          return Effect.as(helpFor(argv), exitCodes.usage as number)
         }
         const { code, message } = classify(error)
-        return Effect.as(Console.error(`alkstore: ${message}`), code)
+        return Effect.as(
+          code === exitCodes.usage
+            ? Effect.zipRight(Console.error(`alkstore: ${message}\n`), helpFor(argv))
+            : Console.error(`alkstore: ${message}`),
+          code
+        )
       }
       return Effect.as(Console.error(`alkstore: unexpected failure: ${Cause.pretty(cause)}`), exitCodes.storage as number)
-    })
+    }),
+    Effect.provide(Layer.merge(NodeContext.layer, CliConfig.layer({ showBuiltIns: false })))
   )
 
 export const main = (argv: ReadonlyArray<string>) =>

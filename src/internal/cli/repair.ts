@@ -65,7 +65,7 @@ const specOf = (every: string) =>
     ? Effect.succeed(`@every ${every}`)
     : Effect.fail(new UsageError({ reason: `invalid --every ${JSON.stringify(every)}: use <n><s|m|h|d>, e.g. 30s or 1h` }))
 
-const scheduleAdd = Command.make("add", {
+export const scheduleAdd = Command.make("add", {
   db,
   json,
   name: Args.text({ name: "name" }),
@@ -89,7 +89,7 @@ const scheduleAdd = Command.make("add", {
     }))
   })).pipe(Command.withDescription("registers (or updates) a schedule; a process running the scheduler fires it"))
 
-const scheduleRemove = Command.make("remove", { db, json, name: Args.text({ name: "name" }) }, ({ db, json, name }) =>
+export const scheduleRemove = Command.make("remove", { db, json, name: Args.text({ name: "name" }) }, ({ db, json, name }) =>
   onStore(db, Effect.gen(function*() {
     const removed = yield* (yield* Scheduler.Scheduler).unschedule(name)
     if (!removed) return yield* new Refused({ reason: `no schedule ${JSON.stringify(name)}` })

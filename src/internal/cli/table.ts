@@ -10,6 +10,16 @@ export const sanitize = (text: string): string =>
 
 const width = (text: string) => [...text].length
 
+/**
+ * The widest of `texts`, at least `min`. A loop: `Math.max(...texts)` passes
+ * one argument per row and overflows the stack past ~120 000 rows.
+ */
+const widest = (min: number, texts: Iterable<string>) => {
+  let max = min
+  for (const text of texts) max = Math.max(max, width(text))
+  return max
+}
+
 export const clip = (text: string, max: number) => {
   const chars = [...text]
   return chars.length <= max ? text : `${chars.slice(0, max - 1).join("")}…`
@@ -21,7 +31,7 @@ export const table = (
 ): string => {
   const cells = rows.map((row) => row.map((cell) => sanitize(String(cell))))
   const numeric = headers.map((_, i) => rows.length > 0 && rows.every((row) => typeof row[i] === "number"))
-  const widths = headers.map((h, i) => Math.max(width(h), ...cells.map((row) => width(row[i] ?? ""))))
+  const widths = headers.map((h, i) => widest(width(h), cells.map((row) => row[i] ?? "")))
   const line = (row: ReadonlyArray<string>) =>
     row
       .map((cell, i) => {
@@ -35,6 +45,6 @@ export const table = (
 
 /** `key  value` lines, keys padded. */
 export const fields = (entries: ReadonlyArray<readonly [string, string]>): string => {
-  const keyWidth = Math.max(...entries.map(([key]) => width(key)))
+  const keyWidth = widest(0, entries.map(([key]) => key))
   return entries.map(([key, value]) => `${key.padEnd(keyWidth)}  ${sanitize(value)}`).join("\n")
 }

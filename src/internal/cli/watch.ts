@@ -37,6 +37,8 @@ export const frame = (target: string, every: Duration.Duration, history: Readonl
   const summary = rates === undefined
     ? `enqueued -/s   completed -/s   jobs in store ${latest.totals.live}`
     : `enqueued ${rate(rates.enqueuedPerSec)}/s   completed ${rate(rates.completedPerSec)}/s   jobs in store ${latest.totals.live}`
+  // Each reading's depths by name: a lookup per queue and reading, not a scan of every queue's row.
+  const depths = history.map((r) => new Map(r.queues.map((q) => [q.name, q.pending])))
   const body = latest.queues.length === 0
     ? "no queues yet"
     : table(
@@ -49,7 +51,7 @@ export const frame = (target: string, every: Duration.Duration, history: Readonl
         q.claimed,
         q.dead,
         q.oldestPendingAge._tag === "Some" ? shortDuration(Duration.toMillis(q.oldestPendingAge.value)) : "-",
-        sparkline(history.map((r) => r.queues.find((x) => x.name === q.name)?.pending ?? 0))
+        sparkline(depths.map((d) => d.get(q.name) ?? 0))
       ])
     )
   return `${header}\n${summary}\n\n${body}`

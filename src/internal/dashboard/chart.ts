@@ -3,6 +3,9 @@ import { html, Html } from "./html.js"
 
 const colours = ["#2f6fde", "#d9480f", "#2b8a3e", "#862e9c", "#c2255c", "#0b7285", "#e67700", "#5c940d"]
 
+/** How many queues the chart draws: the first ones in the store's order (by name). */
+export const chartedQueues = colours.length
+
 /**
  * An SVG line chart of each queue's due depth over the readings (numbers
  * only in the markup; queue names go through the escaping template).
@@ -14,12 +17,14 @@ export const depthChart = (readings: ReadonlyArray<Reading>, queues: ReadonlyArr
   if (readings.length < 2 || queues.length === 0) {
     return html`<p class="muted">The chart fills in as the dashboard samples the store (${readings.length} reading${readings.length === 1 ? "" : "s"} so far).</p>`
   }
-  const shown = queues.slice(0, colours.length)
+  const shown = queues.slice(0, chartedQueues)
   const first = readings[0]!.at
   const last = readings[readings.length - 1]!.at
   const span = Math.max(1, last - first)
   const depth = (r: Reading, q: string) => r.queues.find((x) => x.name === q)?.pending ?? 0
-  const max = Math.max(1, ...readings.flatMap((r) => shown.map((q) => depth(r, q))))
+  // A loop, not Math.max(...): one argument per point would grow with the history.
+  let max = 1
+  for (const r of readings) for (const q of shown) max = Math.max(max, depth(r, q))
   const x = (at: number) => (pad.left + ((at - first) / span) * (width - pad.left - pad.right)).toFixed(1)
   const y = (v: number) => (pad.top + (1 - v / max) * (height - pad.top - pad.bottom)).toFixed(1)
   const lines = shown.map((q, i) =>

@@ -30,8 +30,16 @@ const render = (part: Part): string =>
 export const html = (strings: TemplateStringsArray, ...values: ReadonlyArray<Part>): Html =>
   new Html(strings.reduce((out, s, i) => out + s + (i < values.length ? render(values[i] as Part) : ""), ""))
 
-/** A path segment (queue names may hold `/`, `?`, `#`…). */
+/** A path segment or a query value (queue names may hold `/`, `?`, `#`, `&`…). */
 export const segment = (value: string | number) => encodeURIComponent(String(value))
+
+/**
+ * A queue's page. The name goes in the query, not the path: a browser
+ * resolves a `.` or `..` segment (`%2e%2e` too) before sending the request,
+ * and both are valid queue names.
+ */
+export const queueHref = (queue: string, state?: string) =>
+  `/queue?name=${segment(queue)}${state === undefined ? "" : `&state=${segment(state)}`}`
 
 const style = `
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}

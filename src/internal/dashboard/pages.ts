@@ -3,7 +3,7 @@ import type * as Admin from "../../Admin.js"
 import type { Schedule } from "../../Scheduler.js"
 import { depthDeltas, type Reading, ratesBetween, relative, shortDuration } from "../cli/plain.js"
 import { depthChart } from "./chart.js"
-import { html, type Html, segment } from "./html.js"
+import { html, type Html, queueHref, segment } from "./html.js"
 
 /** The dashboard's pages as HTML, from the operator's data. */
 
@@ -36,7 +36,7 @@ export const overviewPage = (readings: ReadonlyArray<Reading>, live: ReadonlyArr
   const rates = latest !== undefined && previous !== undefined ? ratesBetween(previous, latest) : undefined
   const deltas = latest !== undefined && previous !== undefined ? depthDeltas(previous, latest) : new Map<string, number>()
   const rows = live.map((q) =>
-    html`<tr><td><a href="/queues/${segment(q.name)}">${q.name}</a></td><td class="n">${q.pending}</td>
+    html`<tr><td><a href="${queueHref(q.name)}">${q.name}</a></td><td class="n">${q.pending}</td>
 <td class="n">${deltas.has(q.name) ? `${deltas.get(q.name)! > 0 ? "+" : ""}${rate(deltas.get(q.name)!)}` : "–"}</td>
 <td class="n">${q.scheduled}</td><td class="n">${q.claimed}</td>
 <td class="n">${q.dead > 0 ? html`<a href="/dead?queue=${segment(q.name)}">${q.dead}</a>` : 0}</td>
@@ -71,7 +71,7 @@ export const queuePage = (
   const tab = (s: Admin.JobState | undefined, label: string) =>
     s === filter
       ? html`<b>${label}</b> `
-      : html`<a href="/queues/${segment(queue)}${s === undefined ? "" : `?state=${s}`}">${label}</a> `
+      : html`<a href="${queueHref(queue, s)}">${label}</a> `
   return html`${notice(done)}<h1>Queue ${queue}</h1>
 <p class="muted">${summary === undefined ? "No jobs." : `${summary.pending} pending, ${summary.scheduled} scheduled, ${summary.claimed} claimed, ${summary.dead} dead`}</p>
 <p class="tabs">${tab(undefined, "all")}${tab("pending", "pending")}${tab("scheduled", "scheduled")}${tab("claimed", "claimed")}${tab("dead", "dead")}</p>
@@ -86,7 +86,7 @@ export const jobPage = (job: Admin.JobInfo, now: number, writes: boolean, done: 
       onSome: (i) => html`<tr><td>${label}</td><td>${DateTime.formatIso(i)}</td><td>${relative(ms(i), now)}</td></tr>`
     })
   return html`${notice(done)}<h1>Job ${job.id} <span id="job-state">${state(job.state)}</span></h1>
-<dl><dt>Queue</dt><dd><a href="/queues/${segment(job.queue)}">${job.queue}</a></dd>
+<dl><dt>Queue</dt><dd><a href="${queueHref(job.queue)}">${job.queue}</a></dd>
 <dt>Attempts</dt><dd>${job.attempts} of ${job.maxAttempts}</dd><dt>Priority</dt><dd>${job.priority}</dd>
 <dt>Worker</dt><dd>${Option.getOrElse(job.workerId, () => "–")}</dd>
 <dt>Visibility timeout</dt><dd>${shortDuration(Duration.toMillis(job.visibilityTimeout))}</dd>
@@ -119,13 +119,13 @@ ${jobs.map((j) => html`<tr><td><a href="/jobs/${j.id}">${j.id}</a></td><td>${j.q
 <td>${optionalWhen(j.diedAt, now)}</td><td><pre>${Option.getOrElse(j.lastError, () => "–")}</pre></td><td><code>${clip(payloadText(j.payload), 60)}</code></td>
 <td>${postButton(`/jobs/${j.id}/requeue`, "Requeue", writes)}</td></tr>`)}</tbody></table>`}
 ${writes && queue !== undefined
-    ? html`<h2>Purge</h2><form method="post" action="/queues/${segment(queue)}/purge">Delete dead jobs of ${queue} that died more than
+    ? html`<h2>Purge</h2><form method="post" action="/purge?queue=${segment(queue)}">Delete dead jobs of ${queue} that died more than
 <input name="older_than" value="7d" size="6" aria-label="older than"> ago (empty: all) <button type="submit">Purge</button></form>`
     : ""}`
 
 export const schedulesPage = (schedules: ReadonlyArray<Schedule>, now: number) =>
   html`<h1>Schedules</h1>${schedules.length === 0 ? html`<p class="muted">No schedules.</p>` : html`<table id="schedules"><thead><tr><th>Name</th><th>Spec</th><th>Queue</th><th>Next fire</th><th>Priority</th><th>Max attempts</th><th>Payload</th></tr></thead><tbody>
-${schedules.map((s) => html`<tr><td>${s.name}</td><td>${s.spec}</td><td><a href="/queues/${segment(s.queue)}">${s.queue}</a></td>
+${schedules.map((s) => html`<tr><td>${s.name}</td><td>${s.spec}</td><td><a href="${queueHref(s.queue)}">${s.queue}</a></td>
 <td>${DateTime.formatIso(s.nextFireAt)} (${relative(ms(s.nextFireAt), now)})</td><td class="n">${s.opts.priority}</td><td class="n">${s.opts.maxAttempts}</td>
 <td><code>${clip(payloadText(s.payload), 60)}</code></td></tr>`)}</tbody></table>`}`
 

@@ -5,9 +5,9 @@ import * as UrlParams from "@effect/platform/UrlParams"
 import { Clock, Data, Effect, Option } from "effect"
 import * as Admin from "../../Admin.js"
 import { parseAge } from "../cli/common.js"
-import { isWellFormed } from "../names.js"
+import { isWellFormed, maxTextBytes } from "../names.js"
 import type { History } from "./history.js"
-import { type Html, layout, segment } from "./html.js"
+import { type Html, layout, queueHref, segment } from "./html.js"
 import * as Pages from "./pages.js"
 
 /**
@@ -92,35 +92,44 @@ export const parseQueue = (raw: string | undefined): Effect.Effect<string, HttpF
     ? Effect.fail(bad("a queue name must not contain NUL"))
     : Effect.succeed(raw)
 
-const knownParams = new Set(["state", "limit", "queue", "done"])
+type Param = "state" | "limit" | "queue" | "name" | "done"
 
-/** The query string, each parameter at most once and known. */
-const query = Effect.gen(function*() {
-  const request = yield* HttpServerRequest.HttpServerRequest
-  const url = new URL(request.url, "http://dashboard")
-  const seen = new Map<string, string>()
-  for (const [key, value] of url.searchParams) {
-    if (!knownParams.has(key)) return yield* bad(`unknown parameter ${JSON.stringify(key)}`)
-    if (seen.has(key)) return yield* bad(`parameter ${key} given twice`)
-    seen.set(key, value)
-  }
-  const state = seen.get("state")
-  if (state !== undefined && !Admin.jobStates.includes(state as Admin.JobState)) {
-    return yield* bad("state must be pending, scheduled, claimed or dead")
-  }
-  const limitText = seen.get("limit")
-  const limit = limitText === undefined ? 100 : /^[0-9]{1,4}$/.test(limitText) ? Number(limitText) : NaN
-  if (!(limit >= 1 && limit <= 1000)) return yield* bad("limit must be a whole number from 1 to 1000")
-  const done = seen.get("done")
-  if (done !== undefined && !(done in Pages.notices)) return yield* bad("unknown notice")
-  const queue = seen.get("queue")
-  return {
-    state: state as Admin.JobState | undefined,
-    limit,
-    done: done as Pages.Notice | undefined,
-    queue: queue === undefined ? undefined : yield* parseQueue(queue)
-  }
-})
+/**
+ * The query string, each parameter at most once and one the route takes.
+ * Read from the raw URL: `new URL` throws on a request line such as `//`
+ * (a host-less scheme-relative URL), which would escape the page as a defect.
+ */
+const query = (known: ReadonlyArray<Param>) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const at = request.url.indexOf("?")
+    const seen = new Map<string, string>()
+    for (const [key, value] of new URLSearchParams(at === -1 ? "" : request.url.slice(at + 1))) {
+      if (!(known as ReadonlyArray<string>).includes(key)) return yield* bad(`unknown parameter ${JSON.stringify(key)}`)
+      if (seen.has(key)) return yield* bad(`parameter ${key} given twice`)
+      seen.set(key, value)
+    }
+    const state = seen.get("state")
+    if (state !== undefined && !Admin.jobStates.includes(state as Admin.JobState)) {
+      return yield* bad("state must be pending, scheduled, claimed or dead")
+    }
+    const limitText = seen.get("limit")
+    const limit = limitText === undefined ? 100 : /^[0-9]{1,4}$/.test(limitText) ? Number(limitText) : NaN
+    if (!(limit >= 1 && limit <= 1000)) return yield* bad("limit must be a whole number from 1 to 1000")
+    const done = seen.get("done")
+    if (done !== undefined && !(done in Pages.notices)) return yield* bad("unknown notice")
+    const queue = seen.get("queue")
+    return {
+      state: state as Admin.JobState | undefined,
+      limit,
+      done: done as Pages.Notice | undefined,
+      queue: queue === undefined ? undefined : yield* parseQueue(queue),
+      /** `name` as given (`/queue?name=…`), validated by the route that takes it. */
+      name: seen.get("name")
+    }
+  })
+
+type Query = Effect.Effect.Success<ReturnType<typeof query>>
 
 /** A route's page, its failures as error pages (storage errors are 500s and logged). */
 const page = <E extends { readonly _tag: string }, R>(
@@ -181,9 +190,16 @@ const outcome = (result: Admin.RepairOutcome, id: number) =>
     ? Effect.fail(new HttpFailure({ status: 409, reason: result.reason }))
     : Effect.succeed(result.job)
 
+/**
+ * The router's longest path parameter, decoded: a queue name in an old
+ * `/queues/<name>` link is up to `maxTextBytes` UTF-8 bytes, so at most as
+ * many UTF-16 units (find-my-way's default of 100 answered such a queue 404).
+ */
+const routerConfig = { maxParamLength: maxTextBytes }
+
 /** The dashboard as an HTTP app: its routes, behind the Host check. */
 export const makeApp = (options: DashboardOptions) => {
-  const routes = makeRoutes(options)
+  const routes = HttpRouter.withRouterConfig(makeRoutes(options), routerConfig)
   return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
     const host = request.headers["host"]
     return host !== undefined && options.hosts.has(host.toLowerCase())
@@ -199,45 +215,83 @@ export const makeApp = (options: DashboardOptions) => {
           )
         })
       ))
-  })
+  }).pipe(
+    // A defect (a bug) is still answered as a page with the security headers, and logged, not as the server's bare 500.
+    Effect.catchAllDefect((defect) =>
+      Effect.as(
+        Effect.logError("dashboard: request failed with a defect", defect),
+        respond(500, layout({ writes: options.writes, title: "500", body: Pages.errorPage(500, "the dashboard failed; see its log") }))
+      )
+    )
+  )
 }
 
-const makeRoutes = ({ history, hosts, writes }: DashboardOptions) =>
-  HttpRouter.empty.pipe(
+/** A queue's page, for the name however the URL carried it. */
+const queueRoute = (
+  writes: boolean,
+  known: ReadonlyArray<Param>,
+  nameOf: (q: Query) => Effect.Effect<string, HttpFailure, HttpRouter.RouteContext>
+) =>
+  page(writes, "Queue", Effect.gen(function*() {
+    const q = yield* query(known)
+    const name = yield* nameOf(q)
+    const admin = yield* Admin.Admin
+    const jobs = yield* admin.jobs({ queue: name, limit: q.limit, ...(q.state === undefined ? {} : { state: q.state }) })
+    const summary = (yield* admin.queues).find((s) => s.name === name)
+    return { title: name, body: Pages.queuePage(name, q.state, jobs, summary, yield* Clock.currentTimeMillis, q.done) }
+  }))
+
+/** Purges a queue's dead jobs (the form's `older_than`, empty for all), then shows its dead jobs. */
+const purgeRoute = (
+  { hosts, writes }: DashboardOptions,
+  queue: Effect.Effect<string, HttpFailure, HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext>
+) =>
+  Effect.gen(function*() {
+    yield* guardWrite(writes, hosts)
+    const name = yield* queue
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const form = yield* Effect.mapError(request.urlParamsBody, () => bad("the form could not be read"))
+    const olderThan = Option.getOrElse(UrlParams.getFirst(form, "older_than"), () => "").trim()
+    const age = olderThan === "" ? undefined : yield* parseAge("older_than", olderThan)
+    yield* Effect.flatMap(Admin.Admin, (admin) => admin.purgeDead(name, age))
+    return redirect(`/dead?queue=${segment(name)}&done=purged`)
+  }).pipe(Effect.catchAll((error) => failure(writes, error)))
+
+const makeRoutes = (options: DashboardOptions) => {
+  const { history, hosts, writes } = options
+  const pathName = Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
+  return HttpRouter.empty.pipe(
     HttpRouter.get("/", page(writes, "Queues", Effect.gen(function*() {
-      yield* query
+      yield* query([])
       const admin = yield* Admin.Admin
       const live = yield* admin.queues
       return { body: Pages.overviewPage(yield* history.readings, live, yield* Clock.currentTimeMillis), refresh: 5 }
     }))),
-    HttpRouter.get("/queues/:name", page(writes, "Queue", Effect.gen(function*() {
-      const q = yield* query
-      const name = yield* Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
-      const admin = yield* Admin.Admin
-      const jobs = yield* admin.jobs({ queue: name, limit: q.limit, ...(q.state === undefined ? {} : { state: q.state }) })
-      const summary = (yield* admin.queues).find((s) => s.name === name)
-      return { title: name, body: Pages.queuePage(name, q.state, jobs, summary, yield* Clock.currentTimeMillis, q.done) }
-    }))),
+    // A queue's name as a query parameter: every valid name works, `.` and `..` included (a browser resolves
+    // those as path segments before it sends the request, so `/queues/..` would be `/`).
+    HttpRouter.get("/queue", queueRoute(writes, ["name", "state", "limit", "done"], (q) => parseQueue(q.name))),
+    // The earlier form of a queue's address, for links made before.
+    HttpRouter.get("/queues/:name", queueRoute(writes, ["state", "limit", "done"], () => pathName)),
     HttpRouter.get("/jobs/:id", page(writes, "Job", Effect.gen(function*() {
-      const q = yield* query
+      const q = yield* query(["done"])
       const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
       const job = yield* Effect.flatMap(Admin.Admin, (admin) => admin.job(id))
       if (Option.isNone(job)) return yield* new HttpFailure({ status: 404, reason: `no job ${id} (acked and cancelled jobs are deleted)` })
       return { title: `Job ${id}`, body: Pages.jobPage(job.value, yield* Clock.currentTimeMillis, writes, q.done) }
     }))),
     HttpRouter.get("/dead", page(writes, "Dead jobs", Effect.gen(function*() {
-      const q = yield* query
+      const q = yield* query(["queue", "limit", "done"])
       const jobs = yield* Effect.flatMap(Admin.Admin, (admin) =>
         admin.jobs({ state: "dead", limit: q.limit, ...(q.queue === undefined ? {} : { queue: q.queue }) }))
       return { body: Pages.deadPage(q.queue, jobs, yield* Clock.currentTimeMillis, writes, q.done) }
     }))),
     HttpRouter.get("/schedules", page(writes, "Schedules", Effect.gen(function*() {
-      yield* query
+      yield* query([])
       const schedules = yield* Effect.flatMap(Admin.Admin, (admin) => admin.schedules)
       return { body: Pages.schedulesPage(schedules, yield* Clock.currentTimeMillis) }
     }))),
     HttpRouter.get("/locks", page(writes, "Locks", Effect.gen(function*() {
-      yield* query
+      yield* query([])
       const locks = yield* Effect.flatMap(Admin.Admin, (admin) => admin.locks)
       return { body: Pages.locksPage(locks, yield* Clock.currentTimeMillis) }
     }))),
@@ -251,18 +305,13 @@ const makeRoutes = ({ history, hosts, writes }: DashboardOptions) =>
       yield* guardWrite(writes, hosts)
       const id = yield* Effect.flatMap(HttpRouter.params, (p) => parseId(p["id"]))
       const job = yield* Effect.flatMap(Effect.flatMap(Admin.Admin, (admin) => admin.cancel(id)), (r) => outcome(r, id))
-      return redirect(`/queues/${segment(job.queue)}?done=cancelled`)
+      return redirect(`${queueHref(job.queue)}&done=cancelled`)
     }).pipe(Effect.catchAll((error) => failure(writes, error)))),
-    HttpRouter.post("/queues/:name/purge", Effect.gen(function*() {
-      yield* guardWrite(writes, hosts)
-      const name = yield* Effect.flatMap(HttpRouter.params, (p) => parseQueue(p["name"]))
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const form = yield* Effect.mapError(request.urlParamsBody, () => bad("the form could not be read"))
-      const olderThan = Option.getOrElse(UrlParams.getFirst(form, "older_than"), () => "").trim()
-      const age = olderThan === "" ? undefined : yield* parseAge("older_than", olderThan)
-      yield* Effect.flatMap(Admin.Admin, (admin) => admin.purgeDead(name, age))
-      return redirect(`/dead?queue=${segment(name)}&done=purged`)
-    }).pipe(Effect.catchAll((error) => failure(writes, error)))),
+    // The queue in the form's action, percent-encoded as for `/queue` (not a hidden field: a form's
+    // values have their line breaks rewritten as CRLF, and a name may hold a bare LF).
+    HttpRouter.post("/purge", purgeRoute(options, Effect.flatMap(query(["queue"]), (q) => parseQueue(q.queue)))),
+    HttpRouter.post("/queues/:name/purge", purgeRoute(options, pathName)),
     Effect.catchTag("RouteNotFound", () =>
       Effect.succeed(respond(404, layout({ writes, title: "404", body: Pages.errorPage(404, "no such page (or method)") }))))
   )
+}
