@@ -25,6 +25,7 @@ import type * as PgClient from "@effect/sql-pg/PgClient"
 import { Config, type ConfigError, Effect, Layer } from "effect"
 import * as importSqliteInternal from "./internal/pg/importSqlite.js"
 import * as internal from "./internal/pg/store.js"
+import { attr, traced } from "./internal/telemetry.js"
 import type { Admin } from "./Admin.js"
 import type { Backing } from "./EffectStores.js"
 import type { Locks } from "./Locks.js"
@@ -86,7 +87,13 @@ export const importSqlite = (options: {
   readonly filename: string
   readonly schema?: string
 }): Effect.Effect<Imported, SqlError | InvalidOptions, SqlClient.SqlClient> =>
-  Effect.flatMap(
-    internal.resolveSettings({ schema: options.schema ?? "alkstore" }),
-    ({ schema }) => importSqliteInternal.importSqlite(options.filename, schema)
-  ).pipe(Effect.withSpan("PgStore.importSqlite"))
+  // Named and gated as every alkstore span (telemetry.ts); the count is the jobs copied.
+  traced(
+    "alkstore.pg.import_sqlite",
+    () => ({}),
+    Effect.flatMap(
+      internal.resolveSettings({ schema: options.schema ?? "alkstore" }),
+      ({ schema }) => importSqliteInternal.importSqlite(options.filename, schema)
+    ),
+    (imported, span) => span.attribute(attr.count, imported.jobs)
+  )

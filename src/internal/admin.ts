@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Effect, Option } from "effect"
+import { Clock, DateTime, Effect, Option, type Tracer } from "effect"
 import type * as A from "../Admin.js"
 import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
@@ -9,7 +9,7 @@ import { isWellFormed, notWellFormedReason, nulReason } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { toSchedule } from "./scheduler.js"
-import { parseTraceparent } from "./telemetry.js"
+import { attr, parseTraceparent, traced } from "./telemetry.js"
 
 const states = new Set<string>(["pending", "scheduled", "claimed", "dead"])
 
@@ -63,14 +63,25 @@ const checkFilter = (filter: A.JobsFilter) =>
 /** The job's own queue as a handle (defaults only matter for enqueues, which repairs never do). */
 const queueOf = (engine: EngineShape, name: string) => makeQueue(engine, name, queueDefaults, jsonCodec)
 
+/**
+ * A repair's result as the span's outcome, so a trace tells a refused or missing job from a changed one
+ * without reading the reply.
+ */
+const repairOutcome = (result: A.RepairOutcome, span: Tracer.Span) =>
+  span.attribute(attr.outcome, result._tag === "Done" ? "done" : result._tag === "Refused" ? "refused" : "absent")
+
 export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
   const now = Clock.currentTimeMillis
+  // Spans through `traced` (telemetry.ts): named as every alkstore span, and made only when a tracer is installed.
   const job = (id: number) =>
-    Effect.flatMap(checkId(id), (id) =>
-      Effect.flatMap(now, (at) => Effect.map(engine.admin.job(id, at), Option.map(toJobInfo)))).pipe(
-        Effect.withSpan("Admin.job", { attributes: { id } })
-      )
+    traced(
+      "alkstore.admin.job",
+      () => ({ [attr.jobId]: id }),
+      Effect.flatMap(checkId(id), (id) =>
+        Effect.flatMap(now, (at) => Effect.map(engine.admin.job(id, at), Option.map(toJobInfo)))),
+      (found, span) => span.attribute(attr.outcome, Option.isSome(found) ? "found" : "absent")
+    )
 
   /** Looks the job up, checks its state, runs the repair on its queue, tells what happened. */
   const repair = (
@@ -97,7 +108,7 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
     })
 
   const admin: A.AdminShape = {
-    queues: Effect.gen(function*() {
+    queues: traced("alkstore.admin.queues", () => ({}), Effect.gen(function*() {
       const at = yield* now
       const rows = yield* engine.admin.queueDepths(at)
       const byName = new Map<string, A.QueueSummary>()
@@ -125,39 +136,58 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
         }
       }
       return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
-    }).pipe(Effect.withSpan("Admin.queues")),
-    totals: Effect.gen(function*() {
+    }), (queues, span) => span.attribute(attr.count, queues.length)),
+    totals: traced("alkstore.admin.totals", () => ({}), Effect.gen(function*() {
       const at = yield* now
       const rows = yield* engine.admin.queueDepths(at)
       const live = rows.reduce((sum, row) => sum + row.pending + row.scheduled + row.claimed + row.dead, 0)
       return { lastJobId: yield* engine.admin.lastJobId, live }
-    }).pipe(Effect.withSpan("Admin.totals")),
+    })),
     jobs: (filter = {}) =>
-      Effect.gen(function*() {
-        const checked = yield* checkFilter(filter)
-        const rows = yield* engine.admin.jobs(checked, yield* now)
-        return rows.map(toJobInfo)
-      }).pipe(Effect.withSpan("Admin.jobs")),
+      traced(
+        "alkstore.admin.jobs",
+        () => (filter.queue === undefined ? {} : { [attr.queue]: filter.queue }),
+        Effect.gen(function*() {
+          const checked = yield* checkFilter(filter)
+          const rows = yield* engine.admin.jobs(checked, yield* now)
+          return rows.map(toJobInfo)
+        }),
+        (jobs, span) => span.attribute(attr.count, jobs.length)
+      ),
     job,
     requeue: (id) =>
-      repair(id, ["dead"], (queue, id) => queueOf(engine, queue).requeueDead(id), "only dead jobs are requeued").pipe(
-        Effect.withSpan("Admin.requeue", { attributes: { id } })
+      traced(
+        "alkstore.admin.requeue",
+        () => ({ [attr.jobId]: id }),
+        repair(id, ["dead"], (queue, id) => queueOf(engine, queue).requeueDead(id), "only dead jobs are requeued"),
+        repairOutcome
       ),
     cancel: (id) =>
-      repair(
-        id,
-        ["pending", "scheduled", "claimed"],
-        (queue, id) => queueOf(engine, queue).cancel(id),
-        "dead jobs are purged, not cancelled"
-      ).pipe(Effect.withSpan("Admin.cancel", { attributes: { id } })),
-    purgeDead: (queue, olderThan) =>
-      Effect.flatMap(checkQueue(queue), (name) => queueOf(engine, name).purgeDead(olderThan)).pipe(
-        Effect.withSpan("Admin.purgeDead", { attributes: { queue } })
+      traced(
+        "alkstore.admin.cancel",
+        () => ({ [attr.jobId]: id }),
+        repair(
+          id,
+          ["pending", "scheduled", "claimed"],
+          (queue, id) => queueOf(engine, queue).cancel(id),
+          "dead jobs are purged, not cancelled"
+        ),
+        repairOutcome
       ),
-    schedules: Effect.map(engine.admin.schedules, (rows) => rows.map(toSchedule)).pipe(
-      Effect.withSpan("Admin.schedules")
+    purgeDead: (queue, olderThan) =>
+      traced(
+        "alkstore.admin.purge_dead",
+        () => ({ [attr.queue]: queue }),
+        Effect.flatMap(checkQueue(queue), (name) => queueOf(engine, name).purgeDead(olderThan)),
+        (purged, span) => span.attribute(attr.count, purged)
+      ),
+    schedules: traced(
+      "alkstore.admin.schedules",
+      () => ({}),
+      Effect.map(engine.admin.schedules, (rows) => rows.map(toSchedule)),
+      (schedules, span) => span.attribute(attr.count, schedules.length)
     ),
-    locks: Effect.gen(function*() {
+    locks: traced("alkstore.admin.locks", () => ({}), Effect.gen(function*() {
       const at = yield* now
       const rows = yield* engine.admin.locks
       return rows.map((row): A.LockInfo => ({
@@ -167,8 +197,8 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
         expiresAt: DateTime.unsafeMake(row.expires_at) as DateTime.Utc,
         held: row.expires_at > at
       }))
-    }).pipe(Effect.withSpan("Admin.locks")),
-    migrations: engine.admin.migrations.pipe(Effect.withSpan("Admin.migrations"))
+    }), (locks, span) => span.attribute(attr.count, locks.length)),
+    migrations: traced("alkstore.admin.migrations", () => ({}), engine.admin.migrations)
   }
   return admin
 })

@@ -4,6 +4,7 @@ import { fromChecked } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { validateName } from "./names.js"
 import { checkLimits, type ResolvedLimits } from "./options.js"
+import { attr, traced } from "./telemetry.js"
 
 /** Stored limits as the public shape (only the limits that are set). */
 const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
@@ -18,11 +19,12 @@ const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
 /**
  * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
  * wakes the queue's waiters on commit (a raised or removed limit may admit
- * work at once); the claims in flight keep their slots.
+ * work at once); the claims in flight keep their slots. Their spans go
+ * through `traced` (telemetry.ts), as every queue operation's.
  */
 export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits" | "limits" | "clearLimits"> => ({
   setLimits: (name, limits) =>
-    Effect.gen(function*() {
+    traced("alkstore.queue.set_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
       yield* validateName(name)
       const resolved = yield* fromChecked(checkLimits(limits as Parameters<typeof checkLimits>[0]))
       const now = yield* Clock.currentTimeMillis
@@ -30,13 +32,16 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
       engine.flow.memory.saw(name, true)
       yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
       yield* engine.flow.freed(name)
-    }).pipe(Effect.withSpan("Queues.setLimits", { attributes: { name } })),
+    })),
   limits: (name) =>
-    Effect.zipRight(validateName(name), Effect.map(engine.flow.get(name), Option.map(toLimits))).pipe(
-      Effect.withSpan("Queues.limits", { attributes: { name } })
+    traced(
+      "alkstore.queue.limits",
+      () => ({ [attr.queue]: name }),
+      Effect.zipRight(validateName(name), Effect.map(engine.flow.get(name), Option.map(toLimits))),
+      (stored, span) => span.attribute(attr.outcome, Option.isSome(stored) ? "found" : "absent")
     ),
   clearLimits: (name) =>
-    Effect.gen(function*() {
+    traced("alkstore.queue.clear_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
       yield* validateName(name)
       const cleared = yield* engine.flow.clear(name)
       engine.flow.memory.saw(name, false)
@@ -45,5 +50,5 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
         yield* engine.flow.freed(name)
       }
       return cleared
-    }).pipe(Effect.withSpan("Queues.clearLimits", { attributes: { name } }))
+    }), (cleared, span) => span.attribute(attr.outcome, cleared ? "cleared" : "absent"))
 })
