@@ -38,13 +38,20 @@ export const openStore = (target: Target, settings: Settings = {}): StoreLayer =
   }
 }
 
-const workDir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-chaos-"))
+// Made on first use: every child process imports this module too, and only the
+// driver (chaos/run.ts) removes its directory, so an eager one leaked per child.
+let workDir: string | undefined
 let counter = 0
 
-/** A scratch directory for ledgers and database files, removed by `cleanup`. */
-export const scratch = (name: string) => path.join(workDir, `${++counter}-${name}`)
+/** A path in this run's scratch directory for ledgers and database files, removed by `cleanup`. */
+export const scratch = (name: string) => {
+  workDir ??= fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-chaos-"))
+  return path.join(workDir, `${++counter}-${name}`)
+}
 
-export const cleanup = () => fs.rmSync(workDir, { recursive: true, force: true })
+export const cleanup = () => {
+  if (workDir !== undefined) fs.rmSync(workDir, { recursive: true, force: true })
+}
 
 /**
  * A fresh, empty database for one check. On PostgreSQL a schema on `server`

@@ -2,6 +2,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, type Option } from "effect"
 import type { FlowMemory } from "./flow.js"
 import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
+import type { Lifetime } from "./lifetime.js"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -209,6 +210,13 @@ export interface FlowStorage {
 export interface LockRow {
   readonly token: number
   readonly expires_at: number
+  /**
+   * Whether this acquire began the tenure (not a re-entry of the owner's own):
+   * one interrupted after its statement committed gives such a lock back.
+   * Absent where a statement's answer cannot be lost after its commit (SQLite:
+   * the statement and its answer are one synchronous call).
+   */
+  readonly new_tenure?: boolean
 }
 
 export interface LockStorage {
@@ -436,6 +444,8 @@ export interface EngineShape {
   readonly signal: (context: Context.Context<never>, topic: string, count: number) => void
   /** Wakes waiters: in-process signals plus the engine's cross-process feed. */
   readonly wake: WakeHub
+  /** Stops the store's long-lived work when it closes, before its connection does (`lifetime.ts`). */
+  readonly lifetime: Lifetime
   /** Unique per store instance: the default lock owner's prefix. */
   readonly instanceId: string
   readonly settings: EngineSettings

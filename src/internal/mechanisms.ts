@@ -1,4 +1,4 @@
-import { Context, Effect } from "effect"
+import { Context, Effect, type Scope } from "effect"
 import * as Admin from "../Admin.js"
 import * as Locks from "../Locks.js"
 import * as Outbox from "../Outbox.js"
@@ -10,9 +10,14 @@ import { Engine, type EngineShape } from "./engine.js"
 /** The services every store layer provides, whatever its engine. */
 export type Mechanisms = Queues.Queues | Locks.Locks | Scheduler.Scheduler | Outbox.Outbox | Admin.Admin | Backing
 
-/** Every mechanism over one engine: the contract's services are built once, engine-free. */
-export const makeMechanisms = (engine: EngineShape): Effect.Effect<Context.Context<Mechanisms>> =>
+/**
+ * Every mechanism over one engine: the contract's services are built once,
+ * engine-free. Built after the engine's connection, so the store's close stops
+ * their long-lived work while that connection still works (`lifetime.ts`).
+ */
+export const makeMechanisms = (engine: EngineShape): Effect.Effect<Context.Context<Mechanisms>, never, Scope.Scope> =>
   Effect.gen(function*() {
+    yield* Effect.addFinalizer(() => engine.lifetime.close)
     const build = <I, S>(tag: Context.Tag<I, S>, make: Effect.Effect<S, never, Engine>) =>
       Effect.map(Effect.provideService(make, Engine, engine), (service) => Context.make(tag, service))
     const queues = yield* build(Queues.Queues, Queues.make)

@@ -6,6 +6,7 @@ import { Engine } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { outboxQueueName, validateName } from "./names.js"
 import { outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
+import { busyWaitsInterruptible } from "./patience.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { attr, linkOf, tracing, withNewSpan } from "./telemetry.js"
@@ -54,7 +55,8 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
           runOnce: (workerId, deliver) =>
             Effect.uninterruptibleMask((restore) =>
               Effect.flatMap(
-                queue.claim(workerId),
+                // Nothing is written while the claim waits out a busy file: a stop may end those waits (patience.ts).
+                Effect.locally(queue.claim(workerId), busyWaitsInterruptible, true),
                 Option.match({
                   onNone: () => Effect.succeed(false),
                   onSome: (handle) => deliverOne(handle as ClaimHandle<unknown>, deliver, restore)

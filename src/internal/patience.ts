@@ -1,4 +1,4 @@
-import { FiberRef } from "effect"
+import { Effect, FiberRef } from "effect"
 
 /**
  * At most this many (real) milliseconds of waiting for the database per
@@ -18,7 +18,23 @@ export const patienceCapMillis: FiberRef.FiberRef<number> = FiberRef.unsafeMake(
  * write committed always reaches a handle, but while it waits out another
  * connection's write lock nothing has been written yet, and a stop must not
  * sit out the store's whole patience there. The SQLite engine applies it to
- * the pauses between its busy attempts (`sqlite/busy.ts`), never to an
- * attempt itself; PostgreSQL's statements ignore it.
+ * the pauses between its busy attempts (`sqlite/busy.ts`) and to the wait
+ * for its connection (`writeFreeWait`), never to an attempt itself;
+ * PostgreSQL's statements ignore it.
  */
 export const busyWaitsInterruptible: FiberRef.FiberRef<boolean> = FiberRef.unsafeMake(false)
+
+/**
+ * A wait before a statement wrote anything (for the store's connection, held
+ * by another fiber's transaction; for a pause between busy attempts):
+ * interruptible where `busyWaitsInterruptible` is set, else as `restore`
+ * makes it (the caller's region). A claim interrupted while the application's
+ * transaction holds the connection would otherwise wait for that transaction
+ * to end, however long, and its caller with it (one that awaits the claim
+ * before ending its transaction: never).
+ */
+export const writeFreeWait = <A, E, R>(
+  wait: Effect.Effect<A, E, R>,
+  restore: <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+): Effect.Effect<A, E, R> =>
+  Effect.flatMap(FiberRef.get(busyWaitsInterruptible), (anywhere) => anywhere ? Effect.interruptible(wait) : restore(wait))

@@ -183,6 +183,22 @@ export const makeQueue = <A>(
       )
     )
 
+  /**
+   * A claim of up to `n` whose handles reach the caller or are given back:
+   * as `take`'s, the claim runs uninterruptibly (only its waits on a busy file
+   * end at an interruption: nothing is written then). On PostgreSQL an
+   * interruption may land after the statement committed and before its
+   * answer arrived; interruptible, the claimed rows were dropped, an attempt
+   * spent, until their lease lapsed (dead, unrun, on their last attempt).
+   */
+  const claimHanded = (workerId: string, n: number) =>
+    Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(
+        Effect.locally(claimTraced(workerId, claimUpTo(workerId, n), (handles) => handles), busyWaitsInterruptible, true),
+        (handles) => Effect.onInterrupt(restore(Effect.succeed(handles)), () => releaseUnhanded(handles))
+      )
+    )
+
   const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo })
 
   const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined): NewJob => ({
@@ -312,15 +328,9 @@ export const makeQueue = <A>(
           : enqueueBatchIn(fiber, payloads, opts)
       ),
     claim: (workerId) =>
-      Effect.zipRight(
-        checkWorker(workerId),
-        Effect.map(claimTraced(workerId, claimUpTo(workerId, 1), (handles) => handles), (handles) => Option.fromNullable(handles[0]))
-      ),
+      Effect.zipRight(checkWorker(workerId), Effect.map(claimHanded(workerId, 1), (handles) => Option.fromNullable(handles[0]))),
     claimBatch: (workerId, n) =>
-      Effect.zipRight(
-        Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)),
-        claimTraced(workerId, claimUpTo(workerId, n), (handles) => handles)
-      ),
+      Effect.zipRight(Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)), claimHanded(workerId, n)),
     ackAll: (handles) =>
       Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
         const fences: Array<Fence> = []
@@ -369,7 +379,8 @@ export const makeQueue = <A>(
     [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
     [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
-    process,
+    // Stopped by the store's close, while its connection still works (lifetime.ts).
+    process: (workerId, handler, opts) => engine.lifetime.supervise(process(workerId, handler, opts)),
     ...makeInspection<A>(engine, name, freed)
   }
 }

@@ -133,7 +133,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       )
       yield* signalOnCommit(engine, registrationsTopic)
       return toSchedule(row)
-    }).pipe(Effect.withSpan("alkstore.scheduler.schedule", { attributes: { [attr.schedule]: name } }))
+    }).pipe((effect) => traced("alkstore.scheduler.schedule", () => ({ [attr.schedule]: name }), effect))
 
   const unschedule: S.SchedulerShape["unschedule"] = (name) =>
     Effect.gen(function*() {
@@ -141,7 +141,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       const removed = yield* engine.schedules.remove(name)
       if (removed) yield* signalOnCommit(engine, registrationsTopic)
       return removed
-    }).pipe(Effect.withSpan("alkstore.scheduler.unschedule", { attributes: { [attr.schedule]: name } }))
+    }).pipe((effect) => traced("alkstore.scheduler.unschedule", () => ({ [attr.schedule]: name }), effect))
 
   /**
    * The soonest boundary, read without the write lock: a wake with nothing
@@ -244,7 +244,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
         }
       })
     ).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(taken)))))
-  }).pipe(Effect.withSpan("alkstore.scheduler.lead")) as S.SchedulerShape["runSchedules"]
+  }).pipe((effect) => traced("alkstore.scheduler.lead", () => ({}), effect)) as S.SchedulerShape["runSchedules"]
 
   const halfTtl = Math.max(1, Math.floor(settings.leaderTtlMillis / 2))
 
@@ -287,8 +287,14 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       Effect.logWarning("alkstore: the scheduler standby met a storage error; it tries again", error)),
     Effect.retry({ schedule: transientRetry, while: (error) => error._tag === "SqlError" }),
     Effect.forever,
-    Effect.withSpan("alkstore.scheduler.standby")
+    (effect) => traced("alkstore.scheduler.standby", () => ({}), effect)
   )
 
-  return { schedule, unschedule, runSchedules, runAsStandby }
+  // Stopped by the store's close, which releases the lease while the connection still works (lifetime.ts).
+  return {
+    schedule,
+    unschedule,
+    runSchedules: engine.lifetime.supervise(runSchedules),
+    runAsStandby: engine.lifetime.supervise(runAsStandby)
+  }
 })

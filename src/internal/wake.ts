@@ -1,5 +1,5 @@
 import { Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
-import type { DatabaseReplaced } from "../StoreError.js"
+import type { WaitError } from "../Queues.js"
 
 /**
  * In-process wake signals, one topic per queue (plus the scheduler's). A
@@ -22,7 +22,8 @@ export interface WakeHub {
   readonly signalAll: () => void
   /** Runs `use` with a ticket of `topic` registered, and gives it back when `use` ends, whatever ends it. */
   readonly withTicket: <A, E, R>(topic: string, use: (ticket: Ticket) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
-  readonly fail: (error: DatabaseReplaced) => void
+  /** Fails every waiter, now and later: the file was replaced (`DatabaseReplaced`), or the store closed. */
+  readonly fail: (error: WaitError) => void
   readonly onWaiting: (listener: (waiting: boolean) => void) => void
   /**
    * How many signals `topic` has had (`signalAll` and `fail` count for every
@@ -50,17 +51,17 @@ export interface Ticket {
   /**
    * Waits until the ticket is signalled or `millis` pass on the Effect
    * `Clock` (so `TestClock` drives deadlines); fails if the file was
-   * replaced. The ticket is given back however the wait ends.
+   * replaced or the store closed. The ticket is given back however the wait ends.
    */
-  readonly wait: (millis: number) => Effect.Effect<WakeReason, DatabaseReplaced>
+  readonly wait: (millis: number) => Effect.Effect<WakeReason, WaitError>
   /** Gives the ticket back unused, so a signal goes to a waiter that needs it. */
   readonly cancel: () => void
 }
 
 export const makeWakeHub = (): WakeHub => {
-  const topics = new Map<string, Set<Deferred.Deferred<WakeReason, DatabaseReplaced>>>()
+  const topics = new Map<string, Set<Deferred.Deferred<WakeReason, WaitError>>>()
   const listeners: Array<(waiting: boolean) => void> = []
-  let failure: DatabaseReplaced | undefined
+  let failure: WaitError | undefined
   let waiting = 0
   // Signals per topic, and those that concern every topic; topics are queue (and lock) names: bounded.
   const generations = new Map<string, number>()
@@ -89,7 +90,7 @@ export const makeWakeHub = (): WakeHub => {
       const replaced = failure
       return { wait: () => Effect.fail(replaced), cancel: () => {} }
     }
-    const deferred = Deferred.unsafeMake<WakeReason, DatabaseReplaced>(FiberId.none)
+    const deferred = Deferred.unsafeMake<WakeReason, WaitError>(FiberId.none)
     let tickets = topics.get(topic)
     if (tickets === undefined) {
       tickets = new Set()

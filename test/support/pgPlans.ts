@@ -11,6 +11,7 @@ export interface PlanNode {
   readonly "Actual Loops"?: number
   readonly "Rows Removed by Filter"?: number
   readonly "Rows Removed by Index Recheck"?: number
+  readonly "Rows Removed by Join Filter"?: number
   readonly Plans?: ReadonlyArray<PlanNode>
 }
 

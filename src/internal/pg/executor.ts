@@ -1,7 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Context, Effect, Exit, FiberRef, Scope } from "effect"
+import { Cause, Context, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
 import { otherTransactionError } from "../transactionOwner.js"
 import type { SizeClasses } from "./planSize.js"
 import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
@@ -184,6 +184,20 @@ export const makeExecutor = (
     }
 
     /**
+     * A pooled connection for a transaction, whose wait may be interrupted.
+     * `@effect/sql-pg`'s reserve cannot: its wait has no canceler, so a
+     * connection the pool hands over after an interruption was never given
+     * back (an exhausted pool, every later operation waiting). The take runs
+     * in a fiber of its own that always finishes: a connection arriving after
+     * the caller gave up lands in `scope`, already closed, and is released.
+     */
+    const reserveIn = (scope: Scope.Scope) =>
+      Effect.flatMap(
+        Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
+        Fiber.join
+      )
+
+    /**
      * Unlike `@effect/sql`'s own, a failed BEGIN or COMMIT is the typed
      * `SqlError` it is (never a defect), a connection whose ROLLBACK failed is
      * discarded rather than pooled mid-transaction, and the commit hooks (wake
@@ -197,7 +211,7 @@ export const makeExecutor = (
           if (open !== undefined && isMine(open[0])) return savepoint(context, open, effect, restore)
           if (open !== undefined) return Effect.fail(otherTransactionError())
           return Effect.flatMap(Scope.make(), (scope) => {
-            const body = Effect.flatMap(restore(Scope.extend(client.reserve, scope)), (conn) => {
+            const body = Effect.flatMap(restore(reserveIn(scope)), (conn) => {
               const hooks: Array<() => void> = []
               const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
                 Context.add(Hooks, hooks)

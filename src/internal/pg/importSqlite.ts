@@ -79,6 +79,15 @@ const effectStoresCasts: Record<string, string> = {
 }
 
 const casts: Record<string, string> = { payload: "json" }
+/** The other tables a used store may have rows in: a store with any is not fresh. */
+const pgOnlyIfUsedTables = ["__alkstore_flow_limits", "__alkstore_flow_log", ...Object.keys(effectStoresTables)]
+/** Rows per INSERT of the copy. */
+const COPY_CHUNK = 5_000
+const chunksOf = <A>(rows: ReadonlyArray<A>, size: number): Array<ReadonlyArray<A>> => {
+  const chunks: Array<ReadonlyArray<A>> = []
+  for (let i = 0; i < rows.length; i += size) chunks.push(rows.slice(i, i + size))
+  return chunks
+}
 const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "last_error", "name", "spec", "owner", "group_key", "scope"])
 
 /**
@@ -87,10 +96,11 @@ const textColumns = new Set(["queue", "state", "worker_id", "idempotency_key", "
  * fencing token, flow control's limits and rate log, and the Effect stores'
  * offered ids and rate counters) into the
  * PostgreSQL store's schema, in one transaction on the `SqlClient` in
- * context, keeping ids (so handles and logs still name the same jobs), and
- * moves the id sequence past them. Run it with the SQLite deployment
- * stopped, into a freshly migrated, empty PostgreSQL store: it refuses a
- * schema that already holds jobs, schedules or locks.
+ * context, read from one snapshot of the file, keeping ids (so handles and
+ * logs still name the same jobs), and moves the id sequence past them. Run it
+ * with the SQLite deployment stopped, into a freshly migrated PostgreSQL
+ * store that was never used: it refuses a schema that holds any row or has
+ * handed out a job id.
  */
 export const importSqlite = (filename: string, schema: string): Effect.Effect<Imported, SqlError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
@@ -99,6 +109,8 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       try: () => {
         const db = new Sqlite(filename, { readonly: true, fileMustExist: true })
         try {
+          // One read transaction: every table and the id high-water mark from one snapshot.
+          db.exec("BEGIN")
           const all = (table: string, columns: ReadonlyArray<string>) =>
             db.prepare(`SELECT ${columns.join(", ")} FROM ${table}`).all() as Array<Record<string, unknown>>
           const has = (table: string) => db.prepare(`SELECT 1 FROM sqlite_master WHERE name = ?`).all(table).length > 0
@@ -119,7 +131,15 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
             schedules: all("__alkstore_scheduler_tasks", flow ? [...scheduleColumns, "group_key"] : scheduleColumns),
             locks: all("__alkstore_locks", lockColumns),
             limits: flow ? all("__alkstore_flow_limits", flowLimitsColumns) : [],
-            log: flow ? all("__alkstore_flow_log", flowLogColumns) : []
+            log: flow ? all("__alkstore_flow_log", flowLogColumns) : [],
+            // The largest id ever handed out: the newest job's, or the high-water mark of deleted newer ones
+            // (the id floor since migration 6, AUTOINCREMENT's sequence before it).
+            marks: [
+              ...(has("__alkstore_id_floor") ? db.prepare(`SELECT v AS mark FROM __alkstore_id_floor`).all() : []),
+              ...(has("sqlite_sequence")
+                ? db.prepare(`SELECT seq AS mark FROM sqlite_sequence WHERE name = '__alkstore_jobs'`).all()
+                : [])
+            ] as Array<{ mark: number }>
           }
         } finally {
           db.close()
@@ -134,23 +154,31 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       extra = "",
       tableCasts: Record<string, string> = {}
     ) =>
-      rows.length === 0 ? Effect.void : Effect.asVoid(sql.unsafe(
-        `INSERT INTO ${schema}.${table} (${columns.join(", ")}) ${extra}
-         SELECT ${
-          columns.map((c) => `${c}::${tableCasts[c] ?? casts[c] ?? (textColumns.has(c) ? "text" : "bigint")}`).join(", ")
-        }
-         FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(", ")}) AS u(${columns.join(", ")})`,
-        columns.map((c) => rows.map((row) => (row[c] === null || row[c] === undefined ? null : String(row[c])))) as never
-      ))
+      // In chunks: one array parameter per column of a whole large table would pass PostgreSQL's 1 GB per value.
+      Effect.forEach(chunksOf(rows, COPY_CHUNK), (chunk) =>
+        sql.unsafe(
+          `INSERT INTO ${schema}.${table} (${columns.join(", ")}) ${extra}
+           SELECT ${
+            columns.map((c) => `${c}::${tableCasts[c] ?? casts[c] ?? (textColumns.has(c) ? "text" : "bigint")}`).join(", ")
+          }
+           FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(", ")}) AS u(${columns.join(", ")})`,
+          columns.map((c) => chunk.map((row) => (row[c] === null || row[c] === undefined ? null : String(row[c])))) as never
+        ), { discard: true })
     return yield* sql.withTransaction(Effect.gen(function*() {
-      const [existing] = yield* sql.unsafe<{ n: string }>(
-        `SELECT (SELECT count(*) FROM ${schema}.__alkstore_jobs) + (SELECT count(*) FROM ${schema}.__alkstore_scheduler_tasks)
-           + (SELECT count(*) FROM ${schema}.__alkstore_locks) AS n`
+      // Fresh means never used, not merely empty now: a store whose jobs were all acked has handed out ids that
+      // the imported jobs (and the sequence moved to the SQLite store's mark) would hand out again.
+      const [existing] = yield* sql.unsafe<{ used: boolean }>(
+        `SELECT pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass) IS NOT NULL
+           OR ${
+          ["__alkstore_jobs", "__alkstore_scheduler_tasks", "__alkstore_locks", ...pgOnlyIfUsedTables]
+            .map((table) => `EXISTS (SELECT 1 FROM ${schema}.${table})`).join(" OR ")
+        } AS used`,
+        [`${schema}.__alkstore_jobs`]
       )
-      if (Number(existing!.n) > 0) {
+      if (existing!.used) {
         return yield* new SqlError({
           cause: new Error("not empty"),
-          message: `The PostgreSQL store in schema ${schema} is not empty: import into a fresh one`
+          message: `The PostgreSQL store in schema ${schema} has been used: import into a fresh one`
         })
       }
       yield* copy("__alkstore_jobs", read.jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE", { trace_context: "text" })
@@ -159,27 +187,11 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       yield* copy("__alkstore_flow_limits", flowLimitsColumns, read.limits)
       yield* copy("__alkstore_flow_log", flowLogColumns, read.log)
       for (const { columns, rows, table } of read.effectStores) yield* copy(table, columns, rows, "", effectStoresCasts)
-      // New ids continue after the largest ever handed out: the newest job's, or the high-water mark of
-      // deleted newer ones (the id floor since migration 6, AUTOINCREMENT's sequence before it).
-      const marks = yield* Effect.try({
-        try: () => {
-          const db = new Sqlite(filename, { readonly: true })
-          try {
-            const has = (table: string) =>
-              db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).all(table).length > 0
-            return [
-              ...(has("__alkstore_id_floor") ? db.prepare(`SELECT v AS mark FROM __alkstore_id_floor`).all() : []),
-              ...(has("sqlite_sequence")
-                ? db.prepare(`SELECT seq AS mark FROM sqlite_sequence WHERE name = '__alkstore_jobs'`).all()
-                : [])
-            ] as Array<{ mark: number }>
-          } finally {
-            db.close()
-          }
-        },
-        catch: (cause) => new SqlError({ cause, message: `Failed to read the SQLite id high-water mark: ${String(cause)}` })
-      })
-      const high = Math.max(0, ...marks.map((row) => row.mark), ...read.jobs.map((row) => Number(row.id)))
+      // New ids continue after the largest ever handed out (a loop: spreading every job's id as arguments
+      // overflows the stack for a store of ~130 000 jobs).
+      let high = 0
+      for (const { mark } of read.marks) high = Math.max(high, mark)
+      for (const row of read.jobs) high = Math.max(high, Number(row.id))
       if (high > 0) {
         yield* sql.unsafe(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint)`, [`${schema}.__alkstore_jobs`, high])
       }

@@ -30,6 +30,20 @@ type Param = string | number | bigint | boolean | null | ReadonlyArray<string | 
  * and the executor runs the statement again unprepared, and every statement
  * after it (docs/engines.md, "Behind a connection pooler").
  */
+/**
+ * Marks a statement to be planned on every call, never prepared: a bulk
+ * round (maintenance, `purgeDead`) whose rows it visits by joining the ones
+ * it picked. Its cached plan would be costed on the table as it was when the
+ * plan was made, up to twice smaller (planSize.ts) — or empty, when a
+ * backlog arrived within the size check's second: a join planned for a few
+ * rows compares every row with every other (100 million comparisons for a
+ * round of 10 000). Planned with its parameters, on the table's size now, it
+ * is a hash join or a tuple-id lookup per row; rare, so the planning is
+ * nothing beside the work.
+ */
+export const plannedEachCall = (text: string) => `${plannedEachCallMark}${text}`
+const plannedEachCallMark = "/* planned each call */ "
+
 export interface Statements {
   /** What to give the driver for `text`: a named statement's config (as the text argument) or the text. */
   readonly statement: (text: string, params: ReadonlyArray<Param>) => string
@@ -55,7 +69,7 @@ export const makeStatements = (prepare: boolean): Statements => {
   }
   return {
     statement: (text, params) => {
-      if (!preparing || params.length === 0) return text
+      if (!preparing || params.length === 0 || text.startsWith(plannedEachCallMark)) return text
       let name = names.get(text)
       if (name === undefined) {
         name = nameOf(text)

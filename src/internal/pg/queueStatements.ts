@@ -1,6 +1,7 @@
 import type { Notifier } from "./notify.js"
 import { flowRoundOf } from "./flowInsert.js"
 import { claimSetOf, fencedRow } from "./claimSql.js"
+import { plannedEachCall } from "./preparedStatements.js"
 import { jobColumns } from "./rows.js"
 
 /** Due scheduled rows a claim promotes per statement (a `backlog` when full: claimRounds in queueStorage.ts). */
@@ -222,25 +223,28 @@ export const queueStatements = (s: string, n: Notifier) => {
         RETURNING d.id, d.queue AS topic)
       SELECT w.id, ${n.tail(4)} FROM w`,
     // `purgeDead`'s rounds ($2 rows at most), as maintenance's purge below.
-    purgeDead: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM ${jobs} WHERE queue = $1 AND state = 'dead' LIMIT $2::bigint))
-        AND queue = $1 AND state = 'dead' RETURNING 1)
-      SELECT count(*) AS n FROM d`,
-    purgeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $3::bigint LIMIT $2::bigint))
-        AND queue = $1 AND state = 'dead' AND died_at < $3::bigint RETURNING 1)
-      SELECT count(*) AS n FROM d`,
+    purgeDead: plannedEachCall(`WITH d AS (DELETE FROM ${jobs} USING (
+          SELECT ctid AS c FROM ${jobs} WHERE queue = $1 AND state = 'dead' LIMIT $2::bigint) picked
+        WHERE ctid = picked.c AND queue = $1 AND state = 'dead' RETURNING 1)
+      SELECT count(*) AS n FROM d`),
+    purgeDeadBefore: plannedEachCall(`WITH d AS (DELETE FROM ${jobs} USING (
+          SELECT ctid AS c FROM ${jobs} WHERE queue = $1 AND state = 'dead' AND died_at < $3::bigint LIMIT $2::bigint) picked
+        WHERE ctid = picked.c AND queue = $1 AND state = 'dead' AND died_at < $3::bigint RETURNING 1)
+      SELECT count(*) AS n FROM d`),
     // Maintenance's rounds: at most $2 rows each, found by their index and then visited by their tuple
-    // ids (a TID scan: no join, however many). The outer condition repeats the inner one, so a row that
-    // changed while the statement waited for it (a claim, a requeue) is re-checked and left alone; the
-    // swept rows' queues are for the metrics.
-    expireSome: `WITH d AS (${sweepExpired}
-        WHERE ctid = ANY (ARRAY(SELECT ctid FROM ${jobs} WHERE ${expiredAt} LIMIT $2::bigint)) AND ${expiredAt}
+    // ids, joined, and planned on each call (preparedStatements.ts, `plannedEachCall`): as a filter,
+    // `ctid = ANY (…)`, a plan made while the table was small checked every row of the dead index against
+    // the whole array (16 s for a round of 100 000). The outer condition repeats the inner one, so a row
+    // that changed while the statement waited for it (a claim, a requeue) is re-checked and left alone;
+    // the swept rows' queues are for the metrics.
+    expireSome: plannedEachCall(`WITH d AS (${sweepExpired}
+        FROM (SELECT ctid AS c FROM ${jobs} WHERE ${expiredAt} LIMIT $2::bigint) picked
+        WHERE ctid = picked.c AND ${expiredAt}
         RETURNING queue)
-      SELECT queue, count(*) AS n FROM d GROUP BY queue`,
-    purgeSomeDeadBefore: `WITH d AS (DELETE FROM ${jobs} WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint LIMIT $2::bigint))
-        AND state = 'dead' AND died_at < $1::bigint RETURNING 1)
-      SELECT count(*) AS n FROM d`
+      SELECT queue, count(*) AS n FROM d GROUP BY queue`),
+    purgeSomeDeadBefore: plannedEachCall(`WITH d AS (DELETE FROM ${jobs} USING (
+          SELECT ctid AS c FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint LIMIT $2::bigint) picked
+        WHERE ctid = picked.c AND state = 'dead' AND died_at < $1::bigint RETURNING 1)
+      SELECT count(*) AS n FROM d`)
   } as const
 }

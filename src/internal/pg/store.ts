@@ -10,6 +10,7 @@ import { StoreActivity } from "../activity.js"
 import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
 import { schemaNameProblem } from "./schemaName.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeLifetime } from "../lifetime.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub } from "../wake.js"
 import { makeDatabaseClock, measureOffset } from "./clock.js"
@@ -213,6 +214,7 @@ export const buildMechanisms = (
       transaction: executor.transaction,
       signal: makeSignal(executor, wake),
       wake,
+      lifetime: makeLifetime(wake),
       instanceId,
       settings,
       gaugedQueues: new Set()

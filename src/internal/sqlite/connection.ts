@@ -9,7 +9,7 @@ import { type Executor, fromOwnedConnection } from "./executor.js"
 import { isBusy } from "./busy.js"
 import type { WalSignal } from "./checkpointer.js"
 import { makeGate } from "./gate.js"
-import { makeImmediateTransaction } from "./transaction.js"
+import { abandonedTransactionError, makeImmediateTransaction } from "./transaction.js"
 
 export interface OwnedConnectionOptions {
   readonly filename: string
@@ -104,21 +104,30 @@ export const makeOwnedConnection = (
         return Effect.fail(statementError(cause))
       }
     }
+    // A transaction of the fiber's on this connection that SQLite itself ended (transaction.ts).
+    const abandoned = (context: Map<string, unknown>) =>
+      !db.inTransaction && (context.get(SqlClient.TransactionConnection.key) as readonly [Connection] | undefined)?.[0] === connection
     // Outside a transaction a statement may meet another process's write lock:
     // wait it out on the busy schedule, as the store's own statements do.
     const run = (sql: string, params: ReadonlyArray<unknown>, raw: boolean) =>
       Effect.withFiberRuntime<ReadonlyArray<any>, SqlError>((fiber) => {
         const context = fiber.currentContext.unsafeMap
         const safeIntegers = context.get(SqlClient.SafeIntegers.key) === true
-        if (context.has(SqlClient.TransactionConnection.key)) return runNow(sql, params, raw, safeIntegers)
+        if (context.has(SqlClient.TransactionConnection.key)) {
+          return abandoned(context) ? Effect.fail(abandonedTransactionError()) : runNow(sql, params, raw, safeIntegers)
+        }
         return options.retryBusy(Effect.suspend(() => runNow(sql, params, raw, safeIntegers)))
       })
+    const unlessAbandoned = <A>(effect: Effect.Effect<A, SqlError>) =>
+      Effect.withFiberRuntime<A, SqlError>((fiber) =>
+        abandoned(fiber.currentContext.unsafeMap) ? Effect.fail(abandonedTransactionError()) : effect
+      )
     const connection: Connection = {
       execute: (sql, params, transformRows) =>
         transformRows ? Effect.map(run(sql, params, false), transformRows) : run(sql, params, false),
       executeRaw: (sql, params) => run(sql, params, true),
       executeValues: (sql, params) =>
-        Effect.try({
+        unlessAbandoned(Effect.try({
           try: () => {
             wrote()
             const statement = db.prepare(sql)
@@ -129,7 +138,7 @@ export const makeOwnedConnection = (
             return statement.raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>
           },
           catch: statementError
-        }),
+        })),
       executeUnprepared: (sql, params, transformRows) => {
         const effect = Effect.try({
           try: () => {
@@ -139,7 +148,8 @@ export const makeOwnedConnection = (
           },
           catch: statementError
         })
-        return transformRows ? Effect.map(effect, (rows) => transformRows(rows as Array<object>)) : effect
+        const guarded = unlessAbandoned(effect)
+        return transformRows ? Effect.map(guarded, (rows) => transformRows(rows as Array<object>)) : guarded
       },
       executeStream: () => Effect.dieMessage("executeStream is not implemented for SQLite") as never
     }
@@ -159,6 +169,7 @@ export const makeOwnedConnection = (
       // BEGIN and COMMIT run outside the body's context, so `run` already retries them.
       retryBusy: (effect) => effect,
       owns: (conn) => conn === connection,
+      joinable: () => db.inTransaction ? Effect.void : Effect.fail(abandonedTransactionError()),
       direct: {
         conn: connection,
         tryAcquire: gate.tryTake,
@@ -187,7 +198,8 @@ export const makeOwnedConnection = (
       prepare,
       gate,
       retryBusy: options.retryBusy,
-      transaction
+      transaction,
+      inTransaction: () => db.inTransaction
     })
     return { db, client, executor }
   })

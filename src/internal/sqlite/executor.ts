@@ -3,10 +3,11 @@ import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import type Sqlite from "better-sqlite3"
 import { type Context, Effect, Exit, identity, Scope } from "effect"
+import { writeFreeWait } from "../patience.js"
 import { otherTransactionError, ownTransaction } from "../transactionOwner.js"
 import type { Gate } from "./gate.js"
 import { isBusy } from "./busy.js"
-import { makeImmediateTransaction } from "./transaction.js"
+import { abandonedTransactionError, makeImmediateTransaction } from "./transaction.js"
 
 export type Param = string | number | bigint | null | Uint8Array
 
@@ -86,6 +87,8 @@ export const fromOwnedConnection = (options: {
   readonly gate: Gate
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /** Whether the connection is inside a transaction (SQLite may end one by itself: transaction.ts). */
+  readonly inTransaction: () => boolean
 }): Executor => {
   const { conn: own, gate, prepare, retryBusy } = options
   const sqlError = (cause: unknown) =>
@@ -167,12 +170,16 @@ export const fromOwnedConnection = (options: {
   }
   const waiting = <A>(body: (conn: DirectConnection) => A) =>
     retryBusy(Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(gate.take), (release) => Effect.ensuring(Effect.suspend(() => attempt(body, outermost)), release))
+      Effect.flatMap(writeFreeWait(gate.take, restore), (release) =>
+        Effect.ensuring(Effect.suspend(() => attempt(body, outermost)), release))
     ))
   const directNow = <A>(context: Context.Context<never>, body: (conn: DirectConnection) => A): A | typeof notNow => {
     const open = context.unsafeMap.get(SqlClient.TransactionConnection.key) as readonly [Connection, number] | undefined
     if (open !== undefined) {
-      if (open[0] === own) return body(nested)
+      if (open[0] === own) {
+        if (!options.inTransaction()) throw abandonedTransactionError()
+        return body(nested)
+      }
       throw otherTransactionError()
     }
     const release = gate.tryTake()
@@ -239,14 +246,40 @@ export const fromClient = (
       }))
     // Learns the client's connection before anybody's transaction can be open on it.
     yield* Effect.flatMap(acquire, ([release]) => release)
-    const transaction = makeImmediateTransaction({ acquire, retryBusy, owns })
+    // SQLite may end a transaction by itself after an error in it (transaction.ts); the application's
+    // driver does not say whether its connection is still inside one. So after a failure inside a joined
+    // transaction the store asks with a `BEGIN` (refused inside a transaction, rolled back at once
+    // otherwise), and a connection found outside one is asked again before each later statement, until
+    // it is inside a transaction again (the application's next one).
+    const leftBySqlite = new WeakSet<Connection>()
+    const stillInTransaction = (conn: Connection): Effect.Effect<boolean> =>
+      Effect.matchEffect(conn.executeUnprepared("BEGIN", [], undefined), {
+        onFailure: () => Effect.succeed(true),
+        onSuccess: () => Effect.as(Effect.ignore(conn.executeUnprepared("ROLLBACK", [], undefined)), false)
+      })
+    const joinable = (conn: Connection): Effect.Effect<void, SqlError> =>
+      leftBySqlite.has(conn)
+        ? Effect.flatMap(stillInTransaction(conn), (inside) => {
+          if (!inside) return Effect.fail(abandonedTransactionError())
+          leftBySqlite.delete(conn)
+          return Effect.void
+        })
+        : Effect.void
+    const joined = <A>(conn: Connection, effect: Effect.Effect<A, SqlError>): Effect.Effect<A, SqlError> =>
+      Effect.zipRight(
+        joinable(conn),
+        Effect.tapError(effect, () =>
+          Effect.flatMap(stillInTransaction(conn), (inside) => inside ? Effect.void : Effect.sync(() => leftBySqlite.add(conn))))
+      )
+    const transaction = makeImmediateTransaction({ acquire, retryBusy, owns, joinable })
     const alone = makeImmediateTransaction({ acquire, retryBusy: identity, owns, begin: "BEGIN" })
     const statement = <A>(effect: Effect.Effect<A, SqlError>, write: boolean): Effect.Effect<A, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = ownTransaction(fiber.currentContext, owns)
         if (open === "other") return Effect.fail(otherTransactionError())
-        if (open !== undefined) return effect
-        return retryBusy(write ? alone(effect) : effect)
+        if (open !== undefined) return joined(open[0], effect)
+        // A read writes nothing: where a claim's waits may end at an interruption, so may its reads.
+        return retryBusy(write ? alone(effect) : writeFreeWait(effect, identity))
       })
     const writes = new Map<string, boolean>()
     const isWrite = (text: string) => {

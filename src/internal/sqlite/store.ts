@@ -2,11 +2,12 @@ import * as Reactivity from "@effect/experimental/Reactivity"
 import type { MigrationError } from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
-import { Context, Duration, Effect, Layer, type Scope } from "effect"
+import { Context, Duration, Effect, FiberSet, Layer, type Scope } from "effect"
 import * as path from "node:path"
 import { DatabaseReplaced, type InvalidOptions } from "../../StoreError.js"
 import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
+import { makeLifetime } from "../lifetime.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
 import { makeWakeHub, type WakeHub } from "../wake.js"
 import { makeOwnedConnection } from "./connection.js"
@@ -117,6 +118,9 @@ export const buildMechanisms = (
         ownDataVersion: file.ownDataVersion
       })
     }
+    // Without a watcher nothing sees the commits of the application's own transactions (a memory database
+    // over its client): the end of one that wrote work wakes the waiters to re-read.
+    const foreign = isFile(filename) ? undefined : yield* wakeAfterForeignTransactions(wake)
     const flowMemory = makeFlowMemory()
     const engine: EngineShape = {
       queues: makeQueueStorage(executor, flowMemory),
@@ -127,13 +131,37 @@ export const buildMechanisms = (
       persistedQueue: makePersistedQueueStorage(executor),
       rateLimiter: makeRateLimiterStorage(executor),
       transaction: executor.transaction,
-      signal: makeCommitSignals(wake.signal),
+      signal: makeCommitSignals(wake.signal, foreign),
       wake,
+      lifetime: makeLifetime(wake),
       instanceId: crypto.randomUUID(),
       settings,
       gaugedQueues: new Set()
     }
     return yield* makeMechanisms(engine)
+  })
+
+/**
+ * Tells, once a transaction of the application's client ends, every topic's
+ * waiters to re-read (`changed`: whether it committed is not known here, so
+ * a rollback costs each one read, never a write). The end is when the
+ * client's connection is free again: a SQLite client has one.
+ */
+const wakeAfterForeignTransactions = (wake: WakeHub) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    let waiting = false
+    return () => {
+      if (waiting) return
+      waiting = true
+      runFork(Effect.ignore(Effect.scoped(sql.reserve)).pipe(
+        Effect.ensuring(Effect.sync(() => {
+          waiting = false
+          wake.signalAll()
+        }))
+      ))
+    }
   })
 
 export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {

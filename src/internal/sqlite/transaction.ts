@@ -2,6 +2,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef } from "effect"
+import { writeFreeWait } from "../patience.js"
 import { type OwnsConnection, otherTransactionError, ownTransaction } from "../transactionOwner.js"
 
 /**
@@ -27,14 +28,16 @@ export const openTransaction = (context: Context.Context<never>): Array<() => vo
 /**
  * Wakes waiters after the transaction in `context` commits (at once outside
  * one). Signals of one transaction are summed per topic, so a transaction of
- * a thousand enqueues registers one hook, not a thousand.
+ * a thousand enqueues registers one hook, not a thousand. In a foreign
+ * transaction `foreign` is told (the change watcher sees its commit, where
+ * there is one).
  */
-export const makeCommitSignals = (signal: (topic: string, count: number) => void) => {
+export const makeCommitSignals = (signal: (topic: string, count: number) => void, foreign?: () => void) => {
   const pending = new WeakMap<Array<() => void>, Map<string, number>>()
   return (context: Context.Context<never>, topic: string, count: number): void => {
     const open = openTransaction(context)
     if (open === undefined) return signal(topic, count)
-    if (open === "foreign") return
+    if (open === "foreign") return foreign?.()
     let counts = pending.get(open)
     if (counts === undefined) {
       const topics = new Map<string, number>()
@@ -49,6 +52,21 @@ export const makeCommitSignals = (signal: (topic: string, count: number) => void
 }
 
 const exec = (conn: Connection, sql: string) => Effect.asVoid(conn.execute(sql, [], undefined))
+
+/**
+ * What a statement fails with when the fiber's transaction is open in its
+ * context but SQLite already ended it: after some errors (`SQLITE_FULL`,
+ * `SQLITE_IOERR`, `SQLITE_NOMEM`…) SQLite rolls the whole transaction back
+ * by itself, and the connection is back in autocommit. Every later statement
+ * of that transaction would commit on its own — what a caller who caught the
+ * first error and carried on would never see — so none runs.
+ */
+export const abandonedTransactionError = (): SqlError =>
+  new SqlError({
+    cause: new Error("SQLite rolled back the transaction"),
+    message: "SQLite rolled back this transaction after an earlier error in it (e.g. SQLITE_FULL): its later " +
+      "statements would each commit on their own, so none runs. Let the transaction fail and retry it whole."
+  })
 
 /**
  * A BEGIN that fails with "cannot start a transaction within a transaction"
@@ -89,6 +107,12 @@ export const makeImmediateTransaction = (options: {
    */
   readonly begin?: "BEGIN" | "BEGIN IMMEDIATE"
   /**
+   * Fails with `abandonedTransactionError` when the open transaction on
+   * `conn` was ended by SQLite itself: a SAVEPOINT there would open a
+   * transaction of its own, and its RELEASE commit it.
+   */
+  readonly joinable?: (conn: Connection) => Effect.Effect<void, SqlError>
+  /**
    * A connection the store owns can do better: take it synchronously when
    * free and run BEGIN/COMMIT/ROLLBACK in place (each returns its error, if
    * any). A busy BEGIN falls back to the waiting path above.
@@ -115,7 +139,8 @@ export const makeImmediateTransaction = (options: {
         const inner = Context.add(context, SqlClient.TransactionConnection, [conn, id] as const).pipe(
           Context.add(CommitHooks, hooks)
         )
-        return exec(conn, `SAVEPOINT ${name}`).pipe(
+        const savepoint = exec(conn, `SAVEPOINT ${name}`)
+        return (options.joinable === undefined ? savepoint : Effect.zipRight(options.joinable(conn), savepoint)).pipe(
           Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
           Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
             Exit.isSuccess(exit)
@@ -164,7 +189,7 @@ export const makeImmediateTransaction = (options: {
         releaseNow()
         if (!direct.isBusy(begun)) return Effect.fail(begun)
       }
-      return Effect.flatMap(restore(options.acquire), ([release, conn]) => {
+      return Effect.flatMap(writeFreeWait(options.acquire, restore), ([release, conn]) => {
         const hooks: Array<() => void> = []
         const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
           Context.add(CommitHooks, hooks)
