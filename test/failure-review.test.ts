@@ -221,16 +221,7 @@ for (const engine of sqliteEngines) {
         }
 
         // the same store, not reopened: everything works again
-        yield* queue.enqueue({ n: 4 })
-        yield* outbox.enqueue({ d: 2 })
-        yield* until("job 1 (its claim returned when its lease lapsed) and job 4 are processed",
-          Effect.map(Ref.get(processed), (all) => all.includes(1) && all.includes(4)))
-        yield* until("the outbox delivered", Effect.map(Ref.get(delivered), (n) => n >= 1))
-        yield* until("the standby leads again and fires", Effect.map(ticks.stats, (s) => s.pending >= 1), 6_000)
-        expect(yield* held.renew()).toBe(true)
-        expect(yield* locks.withLock("guarded", "1 second", Effect.succeed("again"))).toBe("again")
-        expect(fiber.unsafePoll()).toBe(null)
-        expect((yield* Ref.get(lines)).some((l) => l.includes("storage error"))).toBe(true)
+        yield* worksAgain({ queue, outbox, processed, delivered, ticks, held, locks, fiber, lines })
       }).pipe(Effect.scoped, Effect.provide(engine.store({
         filename,
         busyPatience: "150 millis",
@@ -361,16 +352,35 @@ describe("PostgreSQL: an outage (every connection cut, new ones refused) and its
         expect(fiber.unsafePoll()).toBe(null)
         proxy.up()
 
-        yield* queue.enqueue({ n: 4 })
-        yield* outbox.enqueue({ d: 2 })
-        yield* until("job 1 and job 4 are processed",
-          Effect.map(Ref.get(processed), (all) => all.includes(1) && all.includes(4)))
-        yield* until("the outbox delivered", Effect.map(Ref.get(delivered), (n) => n >= 1))
-        yield* until("the standby leads again and fires", Effect.map(ticks.stats, (s) => s.pending >= 1), 6_000)
-        expect(yield* held.renew()).toBe(true)
-        expect(yield* locks.withLock("guarded", "1 second", Effect.succeed("again"))).toBe("again")
-        expect(fiber.unsafePoll()).toBe(null)
-        expect((yield* Ref.get(lines)).some((l) => l.includes("storage error"))).toBe(true)
+        yield* worksAgain({ queue, outbox, processed, delivered, ticks, held, locks, fiber, lines })
       }).pipe(Effect.provide(store))
     }).pipe(Effect.scoped), 20_000)
 })
+
+/**
+ * After the failure ended, on the same store (not reopened): job 1, whose claim returned when its lease lapsed,
+ * and a new job are processed, the outbox delivers, the standby leads again and fires, the held lock renews,
+ * withLock works, the background fiber is still running and has logged the storage error.
+ */
+const worksAgain = (s: {
+  readonly queue: Queues.Queue<unknown>
+  readonly outbox: Outbox.OutboxHandle
+  readonly processed: Ref.Ref<ReadonlyArray<number>>
+  readonly delivered: Ref.Ref<number>
+  readonly ticks: Queues.Queue<unknown>
+  readonly held: Locks.LockHandle
+  readonly locks: Locks.LocksShape
+  readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
+  readonly lines: Ref.Ref<ReadonlyArray<string>>
+}) =>
+  Effect.gen(function*() {
+    yield* s.queue.enqueue({ n: 4 })
+    yield* s.outbox.enqueue({ d: 2 })
+    yield* until("job 1 and job 4 are processed", Effect.map(Ref.get(s.processed), (all) => all.includes(1) && all.includes(4)))
+    yield* until("the outbox delivered", Effect.map(Ref.get(s.delivered), (n) => n >= 1))
+    yield* until("the standby leads again and fires", Effect.map(s.ticks.stats, (t) => t.pending >= 1), 6_000)
+    expect(yield* s.held.renew()).toBe(true)
+    expect(yield* s.locks.withLock("guarded", "1 second", Effect.succeed("again"))).toBe("again")
+    expect(s.fiber.unsafePoll()).toBe(null)
+    expect((yield* Ref.get(s.lines)).some((l) => l.includes("storage error"))).toBe(true)
+  })

@@ -250,17 +250,21 @@ describe("PgStore.importSqlite (review)", () => {
     }).pipe(Effect.scoped)
   })
 
+  /** A SQLite store with limits, three grouped jobs and a held lock. */
+  const tenantsStore = (filename: string) =>
+    Effect.gen(function*() {
+      yield* (yield* Queues.Queues).setLimits("tenants", { concurrency: 2 })
+      yield* Effect.flatMap(queueOf("tenants"), (q) => q.enqueueBatch([1, 2, 3], { group: "g" }))
+      yield* (yield* Locks.Locks).acquire("l", { ttl: "1 minute", owner: "o" })
+    }).pipe(Effect.provide(sqliteOwned.store({ filename })))
+
   it.effect("a failed import leaves the PostgreSQL store as it was, and a second try imports everything", () => {
     const sqliteFile = freshFile("review-atomic")
     const target = freshFile("review-atomic-pg")
     return Effect.gen(function*() {
-      yield* Effect.gen(function*() {
-        yield* (yield* Queues.Queues).setLimits("tenants", { concurrency: 2 })
-        yield* Effect.flatMap(queueOf("tenants"), (q) => q.enqueueBatch([1, 2, 3], { group: "g" }))
-        yield* (yield* Locks.Locks).acquire("l", { ttl: "1 minute", owner: "o" })
-      }).pipe(Effect.provide(sqliteOwned.store({ filename: sqliteFile })))
+      yield* tenantsStore(sqliteFile)
       const context = yield* Layer.build(pgOwned.store({ filename: target }))
-      // the PostgreSQL store has limits of its own for the same queue: the copy of the limits fails after the jobs'
+      // the PostgreSQL store has limits of its own for the same queue (it was used): the import is refused
       yield* Effect.provide(Effect.flatMap(Queues.Queues, (q) => q.setLimits("tenants", { concurrency: 1 })), context)
       const failed = yield* Effect.exit(Effect.provide(PgStore.importSqlite({ filename: sqliteFile, schema: pgSchemaFor(target) }), context))
       expect(Exit.isFailure(failed) && Cause.failureOption(failed.cause).pipe(Option.map((e) => e._tag), Option.getOrUndefined)).toBe("SqlError")
@@ -282,11 +286,7 @@ describe("PgStore.importSqlite (review)", () => {
     const target = freshFile("review-interrupt-pg")
     const schema = pgSchemaFor(target)
     return Effect.gen(function*() {
-      yield* Effect.gen(function*() {
-        yield* (yield* Queues.Queues).setLimits("tenants", { concurrency: 2 })
-        yield* Effect.flatMap(queueOf("tenants"), (q) => q.enqueueBatch([1, 2, 3], { group: "g" }))
-        yield* (yield* Locks.Locks).acquire("l", { ttl: "1 minute", owner: "o" })
-      }).pipe(Effect.provide(sqliteOwned.store({ filename: sqliteFile })))
+      yield* tenantsStore(sqliteFile)
       const context = yield* Layer.build(pgOwned.store({ filename: target }))
       const sql = Context.get(context, SqlClient.SqlClient)
       // another transaction holds the limits table: the import stops there, after copying jobs and locks

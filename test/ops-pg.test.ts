@@ -78,7 +78,7 @@ describe("operator tools on PostgreSQL", () => {
       return response.text()
     }
     const home = await page("/")
-    expect(home).toContain(`href="/queues/emails"`)
+    expect(home).toContain(`href="/queue?name=emails"`)
     expect(await page("/schedules")).toContain("nightly-digest")
     const deadPage = await page("/dead")
     expect(deadPage).toContain("report generator crashed")

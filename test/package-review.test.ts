@@ -17,10 +17,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Tracer } from "effect"
+import { Effect } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import { Admin, Queues } from "../src/index.js"
 import { type EngineUnderTest, pgOwned, sqliteOwned } from "./contract/harness.js"
+import { collectingTracer } from "./contract/telemetry.js"
 import { blockSlug, brokenLinks, collectBlocks, type DocBlock, markdownFiles } from "./support/docExamples.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
@@ -359,20 +360,6 @@ describe("the installed package", () => {
   })
 })
 
-/** A tracer (Effect's own underneath) that keeps every span it makes. */
-const recording = () => {
-  const native = Effect.runSync(Effect.tracer)
-  const spans: Array<Tracer.Span> = []
-  const tracer = Tracer.make({
-    span: (name, parent, context, links, startTime, kind, options) => {
-      const span = native.span(name, parent, context, links, startTime, kind, options)
-      spans.push(span)
-      return span
-    },
-    context: (f) => f()
-  })
-  return { tracer, spans }
-}
 
 let queueCounter = 0
 
@@ -381,7 +368,7 @@ let queueCounter = 0
 for (const engine of [sqliteOwned, pgOwned] satisfies ReadonlyArray<EngineUnderTest>) {
   describe(`span names — ${engine.name}`, () => {
     it.effect("every span alkstore makes for the Queues and Admin services is named alkstore.… with alkstore.* attributes", () => {
-      const { tracer, spans } = recording()
+      const { spans, tracer } = collectingTracer()
       return Effect.gen(function*() {
         const name = `review-spans-${++queueCounter}`
         const queues = yield* Queues.Queues

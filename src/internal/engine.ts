@@ -210,13 +210,6 @@ export interface FlowStorage {
 export interface LockRow {
   readonly token: number
   readonly expires_at: number
-  /**
-   * Whether this acquire began the tenure (not a re-entry of the owner's own):
-   * one interrupted after its statement committed gives such a lock back.
-   * Absent where a statement's answer cannot be lost after its commit (SQLite:
-   * the statement and its answer are one synchronous call).
-   */
-  readonly new_tenure?: boolean
 }
 
 export interface LockStorage {

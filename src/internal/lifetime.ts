@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Deferred, Effect, Exit, FiberId } from "effect"
+import { Cause, Effect, Fiber } from "effect"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -27,29 +27,31 @@ export const storeClosedError = (): SqlError =>
   new SqlError({ cause: new Error("store closed"), message: "alkstore: the store was closed" })
 
 export const makeLifetime = (wake: WakeHub): Lifetime => {
-  const closing = Deferred.unsafeMake<void>(FiberId.none)
-  const running = new Set<Deferred.Deferred<void>>()
+  const running = new Set<Fiber.RuntimeFiber<unknown, unknown>>()
   let closed = false
-  const stopped = Effect.zipRight(Deferred.await(closing), Effect.fail(storeClosedError()))
   return {
-    supervise: (effect) =>
-      Effect.suspend(() => {
-        if (closed) return Effect.fail(storeClosedError())
-        const done = Deferred.unsafeMake<void>(FiberId.none)
-        running.add(done)
-        // `raceFirst` interrupts the loser and waits for it: `done` completes once `effect`'s finalizers ran.
-        return Effect.ensuring(
-          Effect.raceFirst(effect, stopped),
-          Effect.sync(() => {
-            running.delete(done)
-            Deferred.unsafeDone(done, Exit.void)
+    // The work runs in a child fiber the close can interrupt alone; the caller's own interruption
+    // interrupts it too and waits for its finalizers (a race would only send the interruption: the
+    // caller could end, and its process exit, before the work gave back what it holds).
+    supervise: <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.suspend((): Effect.Effect<A, E | SqlError, R> => {
+          if (closed) return Effect.fail(storeClosedError())
+          return Effect.flatMap(Effect.fork(restore(effect)), (child) => {
+            running.add(child as Fiber.RuntimeFiber<unknown, unknown>)
+            return restore(Fiber.join(child)).pipe(
+              Effect.onInterrupt(() => Fiber.interrupt(child)),
+              Effect.catchAllCause((cause): Effect.Effect<never, E | SqlError> =>
+                closed && Cause.isInterruptedOnly(cause) ? Effect.fail(storeClosedError()) : Effect.failCause(cause)
+              ),
+              Effect.ensuring(Effect.sync(() => running.delete(child as Fiber.RuntimeFiber<unknown, unknown>)))
+            )
           })
-        )
-      }),
+        })
+      ),
     close: Effect.suspend(() => {
       closed = true
-      Deferred.unsafeDone(closing, Exit.void)
-      return Effect.forEach([...running], Deferred.await, { discard: true })
+      return Effect.forEach([...running], Fiber.interrupt, { discard: true })
     }).pipe(Effect.zipRight(Effect.sync(() => wake.fail(storeClosedError()))))
   }
 }

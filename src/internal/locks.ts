@@ -5,7 +5,6 @@ import { durationMillis, instantAfter, optionalDurationMillis } from "./duration
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { validateText } from "./options.js"
-import { busyWaitsInterruptible } from "./patience.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -28,9 +27,6 @@ interface KnownLease {
 }
 
 const knownLeases = new WeakMap<L.LockHandle, KnownLease>()
-/** Handles whose acquire began the tenure, where the engine says (`LockRow.new_tenure`). */
-const beganTenure = new WeakSet<L.LockHandle>()
-const newTenure = (handle: L.LockHandle) => beganTenure.has(handle)
 
 /** `handle`'s known lease (every handle here comes from `acquireLock`; any other starts at its `expiresAt`). */
 const knownLease = (handle: L.LockHandle): KnownLease => {
@@ -71,7 +67,6 @@ export const acquireLock = (storage: LockStorage, name: string, owner: string, t
         )
       }
       knownLeases.set(handle, lease)
-      if (row.new_tenure === true) beganTenure.add(handle)
       return handle
     })
   }), (lock, span) =>
@@ -161,26 +156,8 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       yield* validateName(name)
       const ttl = yield* ttlFromNow(opts.ttl)
       const owner = yield* checkOwner(opts.owner ?? defaultOwner)
-      return yield* acquireHanded(name, owner, ttl)
+      return yield* acquireLock(storage, name, owner, ttl)
     })
-
-  /**
-   * The handle reaches the caller, or a tenure this acquire began is given
-   * back: on PostgreSQL an interruption may land after the statement
-   * committed and before its answer arrived, and the lock stayed held to its
-   * ttl with no handle to release it. (A re-entry is left as it is: the
-   * owner's other handle still counts on the lease.) The wait for the
-   * connection, before anything is written, stays interruptible.
-   */
-  const acquireHanded = (name: string, owner: string, ttl: number) =>
-    Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(
-        Effect.locally(acquireLock(storage, name, owner, ttl), busyWaitsInterruptible, true),
-        (taken) =>
-          Effect.onInterrupt(restore(Effect.succeed(taken)), () =>
-            Option.isSome(taken) && newTenure(taken.value) ? Effect.ignore(taken.value.release) : Effect.void)
-      )
-    )
 
   const withLock: L.LocksShape["withLock"] = (name, ttl, effect) =>
     Effect.gen(function*() {

@@ -15,17 +15,14 @@ const statements = (s: string, n: Notifier) => {
   return {
     // Free (lapsed) or re-entrant for the same owner; a new tenure bumps the token. Re-entry
     // shares the tenure's lease, so it only ever extends it (never moves expires_at earlier).
-    // `prior` is the row as the statement found it: whether the tenure is new (lockStorage's LockRow).
-    acquire: `WITH prior AS (SELECT owner, expires_at FROM ${locks} WHERE name = $1)
-      INSERT INTO ${locks} AS l (name, owner, token, expires_at) VALUES ($1, $2, 1, $3::bigint)
+    acquire: `INSERT INTO ${locks} AS l (name, owner, token, expires_at) VALUES ($1, $2, 1, $3::bigint)
       ON CONFLICT (name) DO UPDATE SET
         token = CASE WHEN l.owner = excluded.owner AND l.expires_at > $4::bigint THEN l.token ELSE l.token + 1 END,
         expires_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > $4::bigint
           THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
         owner = excluded.owner
       WHERE l.expires_at <= $4::bigint OR l.owner = excluded.owner
-      RETURNING token, expires_at,
-        NOT EXISTS (SELECT 1 FROM prior WHERE prior.owner = $2 AND prior.expires_at > $4::bigint) AS new_tenure`,
+      RETURNING token, expires_at`,
     // A renewal extends the tenure's lease, never shortens it (as re-entry).
     renew: `UPDATE ${locks} SET expires_at = greatest(expires_at, $1::bigint)
       WHERE name = $2 AND owner = $3 AND token = $4::bigint AND expires_at > $5::bigint RETURNING 1`,

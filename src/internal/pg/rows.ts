@@ -97,8 +97,7 @@ export const toJobRow = (r: Record<string, unknown>): JobRow => ({
 
 export const toLockRow = (r: Record<string, unknown>): LockRow => ({
   token: int(r.token, "token"),
-  expires_at: int(r.expires_at, "expires_at"),
-  ...(typeof r.new_tenure === "boolean" ? { new_tenure: r.new_tenure } : {})
+  expires_at: int(r.expires_at, "expires_at")
 })
 
 export const scheduleColumns =
