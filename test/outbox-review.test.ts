@@ -516,9 +516,10 @@ for (const { database, engine } of multiprocess) {
         const hangId = yield* sql.withTransaction(box.enqueue({ n: 1000, hang: true }, { priority: 10 }))
 
         const dispatcher = yield* child([db, "deliver", "p1", "2"])
-        const enqueuer = yield* child([db, "enqueue", "0", "60", "then-hang"])
-        // the marked message is the child dispatcher's first: it hangs in it
+        // the marked message is the child dispatcher's first: it hangs in it (before the enqueuer starts: on
+        // SQLite its last transaction holds the write lock until it is killed, and no claim gets through)
         expect(yield* dispatcher.line((v) => v.hanging)).toBe(hangId)
+        const enqueuer = yield* child([db, "enqueue", "0", "60", "then-hang"])
         // a second dispatcher process (this one) joins, woken only by commits
         const delivered: Array<number> = []
         const parentRun = yield* Effect.fork(box.run("p0", (job) =>
