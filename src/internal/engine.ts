@@ -165,6 +165,13 @@ export interface QueueStorage {
   /** The `limit` of this engine's rounds of maintenance and `purgeDead` (src/internal/rounds.ts). */
   readonly maintenanceRows: number
   /**
+   * Whether an interruption can land after a claim's statement committed and
+   * before its rows are handed over (an asynchronous driver: PostgreSQL, an
+   * application's client). The store's own SQLite connection runs a claim and
+   * hands its rows over in one synchronous call: nothing to guard there.
+   */
+  readonly claimsCanBeCutOff: boolean
+  /**
    * One bounded round: at most `limit` expired jobs swept to dead and at most
    * `limit` dead jobs that died before `purgeDiedBefore` deleted, in one
    * transaction.

@@ -306,6 +306,7 @@ export const makeQueueStorage = (
           : db.all(sql.purgeDeadBefore, [queue, limit, diedBefore])
       ),
     maintenanceRows,
+    claimsCanBeCutOff: true,
     maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const expiredByQueue = yield* decoded(

@@ -362,6 +362,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
           : db.all<{ id: number }>(sql.deadOfQueueBefore, [queue, diedBefore, limit])
       ))),
     maintenanceRows,
+    claimsCanBeCutOff: direct === undefined,
     maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const swept = yield* db.all<{ queue: string }>(expireSomeSql.text, expireSomeSql.bind([now, limit]))
