@@ -153,37 +153,8 @@ for (const engine of sqliteEngines) {
       return Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql`PRAGMA busy_timeout = 5`
-        const { lines, logger } = yield* collectingLogs
-        const queues = yield* Queues.Queues
-        const locks = yield* Locks.Locks
-        const scheduler = yield* Scheduler.Scheduler
-        const queue = yield* queues.queue("work", { visibilityTimeout: "1 second", backoffBase: "10 millis" })
-        const outbox = yield* (yield* Outbox.Outbox).outbox("hooks")
-        const processed = yield* Ref.make<ReadonlyArray<number>>([])
-        const delivered = yield* Ref.make(0)
-        const gate = yield* Deferred.make<void>()
-        yield* scheduler.schedule("tick", "@every 1s", "ticks", { t: 1 })
-        const ticks = yield* queues.queue("ticks")
-
-        const background = Effect.all([
-          queue.process("w", (job) =>
-            Effect.zipRight(
-              (job.payload as { n: number }).n === 1 ? Deferred.await(gate) : Effect.void,
-              Ref.update(processed, (all) => [...all, (job.payload as { n: number }).n])
-            )),
-          outbox.run("o", () => Ref.update(delivered, (n) => n + 1)),
-          scheduler.runAsStandby
-        ], { concurrency: "unbounded" }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
-        const fiber = yield* Effect.forkScoped(background)
-        yield* queue.enqueue({ n: 1 }) // its handler waits for `gate`: it ends while the file is locked
-        yield* until("the worker holds job 1", Effect.map(queue.stats, (s) => s.claimed === 1))
-        const victim = yield* queue.enqueue({ n: 2 }, { delay: "1 hour" })
-        const held = Option.getOrThrow(yield* locks.acquire("held", { ttl: "1 hour" }))
-        const inside = yield* Deferred.make<void>()
-        const guarded = yield* Effect.fork(
-          Effect.exit(locks.withLock("guarded", "600 millis", Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never)))
-        )
-        yield* Deferred.await(inside)
+        const { fiber, gate, guarded, held, lines, locks, outbox, processed, delivered, queue, queues, scheduler, ticks, victim } =
+          yield* busyBackground
 
         // another connection takes the write lock and keeps it
         const other = new Sqlite(filename)
@@ -299,35 +270,8 @@ describe("PostgreSQL: an outage (every connection cut, new ones refused) and its
         listenHeartbeat: "200 millis"
       })
       yield* Effect.gen(function*() {
-        const { lines, logger } = yield* collectingLogs
-        const queues = yield* Queues.Queues
-        const locks = yield* Locks.Locks
-        const scheduler = yield* Scheduler.Scheduler
-        const queue = yield* queues.queue("work", { visibilityTimeout: "1 second", backoffBase: "10 millis" })
-        const outbox = yield* (yield* Outbox.Outbox).outbox("hooks")
-        const processed = yield* Ref.make<ReadonlyArray<number>>([])
-        const delivered = yield* Ref.make(0)
-        const gate = yield* Deferred.make<void>()
-        yield* scheduler.schedule("tick", "@every 1s", "ticks", { t: 1 })
-        const ticks = yield* queues.queue("ticks")
-        const fiber = yield* Effect.forkScoped(Effect.all([
-          queue.process("w", (job) =>
-            Effect.zipRight(
-              (job.payload as { n: number }).n === 1 ? Deferred.await(gate) : Effect.void,
-              Ref.update(processed, (all) => [...all, (job.payload as { n: number }).n])
-            )),
-          outbox.run("o", () => Ref.update(delivered, (n) => n + 1)),
-          scheduler.runAsStandby
-        ], { concurrency: "unbounded" }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger))))
-        yield* queue.enqueue({ n: 1 })
-        yield* until("the worker holds job 1", Effect.map(queue.stats, (s) => s.claimed === 1))
-        const victim = yield* queue.enqueue({ n: 2 }, { delay: "1 hour" })
-        const held = Option.getOrThrow(yield* locks.acquire("held", { ttl: "1 hour" }))
-        const inside = yield* Deferred.make<void>()
-        const guarded = yield* Effect.fork(
-          Effect.exit(locks.withLock("guarded", "600 millis", Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never)))
-        )
-        yield* Deferred.await(inside)
+        const { fiber, gate, guarded, held, lines, locks, outbox, processed, delivered, queue, queues, scheduler, ticks, victim } =
+          yield* busyBackground
 
         proxy.down()
         yield* Deferred.succeed(gate, undefined)
@@ -384,3 +328,41 @@ const worksAgain = (s: {
     expect(s.fiber.unsafePoll()).toBe(null)
     expect((yield* Ref.get(s.lines)).some((l) => l.includes("storage error"))).toBe(true)
   })
+
+/**
+ * A worker holding job 1 (its handler waits for `gate`), an outbox dispatcher and a scheduler standby in the
+ * background (logging to `lines`), a job scheduled an hour ahead (`victim`), a lock held for an hour and one
+ * whose `withLock` body is running (`guarded`): the work a storage failure meets.
+ */
+const busyBackground = Effect.gen(function*() {
+  const { lines, logger } = yield* collectingLogs
+  const queues = yield* Queues.Queues
+  const locks = yield* Locks.Locks
+  const scheduler = yield* Scheduler.Scheduler
+  const queue = yield* queues.queue("work", { visibilityTimeout: "1 second", backoffBase: "10 millis" })
+  const outbox = yield* (yield* Outbox.Outbox).outbox("hooks")
+  const processed = yield* Ref.make<ReadonlyArray<number>>([])
+  const delivered = yield* Ref.make(0)
+  const gate = yield* Deferred.make<void>()
+  yield* scheduler.schedule("tick", "@every 1s", "ticks", { t: 1 })
+  const ticks = yield* queues.queue("ticks")
+  const fiber = yield* Effect.forkScoped(Effect.all([
+    queue.process("w", (job) =>
+      Effect.zipRight(
+        (job.payload as { n: number }).n === 1 ? Deferred.await(gate) : Effect.void,
+        Ref.update(processed, (all) => [...all, (job.payload as { n: number }).n])
+      )),
+    outbox.run("o", () => Ref.update(delivered, (n) => n + 1)),
+    scheduler.runAsStandby
+  ], { concurrency: "unbounded" }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger))))
+  yield* queue.enqueue({ n: 1 }) // its handler waits for `gate`: it ends while the storage fails
+  yield* until("the worker holds job 1", Effect.map(queue.stats, (s) => s.claimed === 1))
+  const victim = yield* queue.enqueue({ n: 2 }, { delay: "1 hour" })
+  const held = Option.getOrThrow(yield* locks.acquire("held", { ttl: "1 hour" }))
+  const inside = yield* Deferred.make<void>()
+  const guarded = yield* Effect.fork(
+    Effect.exit(locks.withLock("guarded", "600 millis", Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never)))
+  )
+  yield* Deferred.await(inside)
+  return { fiber, gate, guarded, held, lines, locks, outbox, processed, delivered, queue, queues, scheduler, ticks, victim }
+})
