@@ -7,7 +7,7 @@
  * the same directory. `stop` removes everything. The settings trade
  * durability for speed (fsync off): it is a scratch server.
  */
-import { execFile, execFileSync, spawnSync } from "node:child_process"
+import { execFile, execFileSync, spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -84,7 +84,20 @@ export const startCluster = async (options: { readonly durableCommits?: boolean 
   }
   fs.chmodSync(dir, 0o700)
   const port = await freePort()
+  // The server is a process of its own: a runner ended by a signal (Ctrl-C, a CI timeout's SIGTERM, SIGKILL)
+  // never reaches its teardown, and the server ran on, its data directory in the temp dir, until the machine
+  // restarted. A detached watchdog stops and removes it once this process is gone.
+  const asPostgres = isRoot ? ["runuser", "-u", "postgres", "--"] : []
+  const pgCtlStop = [...asPostgres, path.join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"]
+  const quoted = (args: ReadonlyArray<string>) => args.map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(" ")
+  const watchdog = spawn(
+    "sh",
+    ["-c", `while kill -0 ${process.pid} 2>/dev/null; do sleep 1; done; ${quoted(pgCtlStop)} >/dev/null 2>&1; rm -rf ${quoted([dir])}`],
+    { detached: true, stdio: "ignore" }
+  )
+  watchdog.unref()
   const stop = () => {
+    watchdog.kill()
     try {
       run(path.join(bin, "pg_ctl"), ["-D", data, "-m", "immediate", "-w", "stop"])
     } catch {
