@@ -11,22 +11,12 @@ import { spawn } from "node:child_process"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Outbox, Queues, SqliteStore } from "../src/index.js"
 import { engines, freshFile, pgChildDatabase, pgOwned, sqliteOwned } from "./contract/harness.js"
-import { advance, settle, type StoreServices } from "./contract/support.js"
+import { advance, eventually, settle, shiftedClock, type StoreServices } from "./contract/support.js"
 
 const realClock = Clock.make()
 const realSleep = (ms: number) => Effect.sleep(ms).pipe(Effect.withClock(realClock))
 
-/** Real-time polling until `check` passes (or `ms` passed, then its last failure). */
-const eventually = <A, E, R>(check: Effect.Effect<A, E, R>, ms = 5000) =>
-  Effect.gen(function*() {
-    const deadline = realClock.unsafeCurrentTimeMillis() + ms
-    while (true) {
-      const exit = yield* Effect.exit(check)
-      if (exit._tag === "Success" || realClock.unsafeCurrentTimeMillis() > deadline) return yield* exit
-      yield* Effect.yieldNow()
-      yield* realSleep(5)
-    }
-  })
+
 
 const backing = (name: string) => `__alkstore_outbox:${name}`
 
@@ -395,7 +385,7 @@ for (const engine of engines) {
         yield* realSleep(100)
         // only B dispatches: A's commit must reach it through the engine's cross-store feed
         yield* Effect.provide(sqlA.withTransaction(Effect.zipRight(boxA.enqueue({ n: 1 }), boxA.enqueue({ n: 2 }))), a)
-        yield* eventually(Effect.sync(() => expect(seen.length).toBe(2)), 3_000)
+        yield* eventually(Effect.sync(() => expect(seen.length).toBe(2)), 3)
         yield* Effect.provide(Effect.exit(sqlA.withTransaction(Effect.zipRight(boxA.enqueue({ n: -1 }), Effect.fail("no")))), a)
         // now both dispatch
         const runnerA = yield* Effect.fork(Effect.provide(boxA.run("a", (job) => Effect.sync(() => seen.push(["a", (job.payload as { n: number }).n])), { concurrency: 2 }), a))
@@ -404,7 +394,7 @@ for (const engine of engines) {
             ? Effect.provide(sqlA.withTransaction(boxA.enqueue({ n })), a)
             : Effect.provide(sqlB.withTransaction(boxB.enqueue({ n })), b))
         }
-        yield* eventually(Effect.sync(() => expect(seen.length).toBe(30)), 5_000)
+        yield* eventually(Effect.sync(() => expect(seen.length).toBe(30)), 5)
         yield* realSleep(50)
         yield* Fiber.interrupt(runnerA)
         yield* Fiber.interrupt(runnerB)
@@ -488,15 +478,6 @@ const child = (args: ReadonlyArray<string>) =>
     (c) => c.kill
   )
 
-/** The real clock moved on by `ms`: a lease taken by a killed process has lapsed under it. */
-const clockAhead = (ms: number): Clock.Clock => ({
-  [Clock.ClockTypeId]: Clock.ClockTypeId,
-  unsafeCurrentTimeMillis: () => realClock.unsafeCurrentTimeMillis() + ms,
-  currentTimeMillis: Effect.sync(() => realClock.unsafeCurrentTimeMillis() + ms),
-  unsafeCurrentTimeNanos: () => realClock.unsafeCurrentTimeNanos() + BigInt(ms) * 1_000_000n,
-  currentTimeNanos: Effect.sync(() => realClock.unsafeCurrentTimeNanos() + BigInt(ms) * 1_000_000n),
-  sleep: (duration) => realClock.sleep(duration)
-})
 
 const multiprocess = [
   { engine: sqliteOwned, database: (filename: string) => Effect.succeed(filename) },
@@ -534,13 +515,13 @@ for (const { database, engine } of multiprocess) {
         yield* enqueuer.kill
         // every other committed message delivered and acked: only the hung one is left (claimed)
         yield* eventually(Effect.map(sql<{ id: number; state: string }>`SELECT id, state FROM __alkstore_jobs`, (rows) =>
-          expect(rows.map((r) => [Number(r.id), r.state])).toEqual([[hangId, "claimed"]])), 10_000)
+          expect(rows.map((r) => [Number(r.id), r.state])).toEqual([[hangId, "claimed"]])), 10)
         // SIGKILL the dispatcher mid-delivery
         yield* dispatcher.kill
         yield* Fiber.interrupt(parentRun)
 
         // its lease lapses (60 s; the clock moved on): the message is delivered again, here
-        const ahead = clockAhead(61_000)
+        const ahead = shiftedClock(61_000)
         const redelivered = yield* box.runOnce("parent", (job) =>
           sql`INSERT INTO ob_deliveries (job_id, n, worker, attempt) VALUES (${job.id}, ${(job.payload as { n: number }).n}, ${"parent"}, ${job.attempts})`
         ).pipe(Effect.withClock(ahead))
@@ -612,10 +593,10 @@ describe("outbox review, an in-memory database — sqlite (SqliteStore.layerFrom
       yield* settle
       // outside a transaction: woken at once
       yield* box.enqueue({ m: "alone" })
-      yield* eventually(Effect.map(Queue.size(delivered), (n) => expect(n).toBe(1)), 2_000)
+      yield* eventually(Effect.map(Queue.size(delivered), (n) => expect(n).toBe(1)), 2)
       // inside the application's transaction: woken on its commit (CONTRACT §7), not at the fallback poll (1 hour)
       yield* sql.withTransaction(box.enqueue({ m: "in-transaction" }))
-      const woken = yield* Effect.exit(eventually(Effect.map(Queue.size(delivered), (n) => expect(n).toBe(2)), 1_000))
+      const woken = yield* Effect.exit(eventually(Effect.map(Queue.size(delivered), (n) => expect(n).toBe(2)), 1))
       yield* Fiber.interrupt(runner)
       expect({ deliveredAfterCommit: Exit.isSuccess(woken), pending: (yield* box.stats).pending }).toEqual({
         deliveredAfterCommit: true,

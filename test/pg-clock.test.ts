@@ -6,23 +6,16 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Option, Redacted, TestClock } from "effect"
+import { Clock, DateTime, Effect, Option, Redacted, TestClock } from "effect"
 import { makeDatabaseClock, measureOffset, type Offset } from "../src/internal/pg/clock.js"
 import { makeExecutor } from "../src/internal/pg/executor.js"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { PgStore } from "../src/index.js"
 import { freshFile, pgDatabaseUrl, pgOwned, pgSchemaFor } from "./contract/harness.js"
-import { queueOf } from "./contract/support.js"
+import { queueOf, shiftedClock } from "./contract/support.js"
 
 const live = Clock.make()
-const shifted = (millis: number): Clock.Clock => ({
-  [Clock.ClockTypeId]: Clock.ClockTypeId,
-  unsafeCurrentTimeMillis: () => live.unsafeCurrentTimeMillis() + millis,
-  currentTimeMillis: Effect.sync(() => live.unsafeCurrentTimeMillis() + millis),
-  unsafeCurrentTimeNanos: () => live.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n,
-  currentTimeNanos: Effect.sync(() => live.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n),
-  sleep: (duration: Duration.Duration) => live.sleep(duration)
-})
+const shifted = shiftedClock
 
 const databaseNow = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   Effect.map(

@@ -79,6 +79,16 @@ export const claimsNothing = <A>(queue: Queues.Queue<A>, workerId = "nobody") =>
 
 const realClock = Clock.make()
 
+/** The real clock moved on by `millis` (its sleeps are real): a lease taken before has lapsed under it. */
+export const shiftedClock = (millis: number): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => realClock.unsafeCurrentTimeMillis() + millis,
+  currentTimeMillis: Effect.sync(() => realClock.unsafeCurrentTimeMillis() + millis),
+  unsafeCurrentTimeNanos: () => realClock.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n,
+  currentTimeNanos: Effect.sync(() => realClock.unsafeCurrentTimeNanos() + BigInt(millis) * 1_000_000n),
+  sleep: (duration) => realClock.sleep(duration)
+})
+
 /**
  * Re-runs `check` (which asserts) until it passes, for up to `seconds` of
  * real time: what a forked worker does after its handler returns (its ack,

@@ -169,7 +169,6 @@ export const makeOwnedConnection = (
       // BEGIN and COMMIT run outside the body's context, so `run` already retries them.
       retryBusy: (effect) => effect,
       owns: (conn) => conn === connection,
-      joinable: () => db.inTransaction ? Effect.void : Effect.fail(abandonedTransactionError()),
       direct: {
         conn: connection,
         tryAcquire: gate.tryTake,

@@ -109,7 +109,8 @@ export const makeImmediateTransaction = (options: {
   /**
    * Fails with `abandonedTransactionError` when the open transaction on
    * `conn` was ended by SQLite itself: a SAVEPOINT there would open a
-   * transaction of its own, and its RELEASE commit it.
+   * transaction of its own, and its RELEASE commit it. (The store's own
+   * connection refuses every statement of such a transaction already.)
    */
   readonly joinable?: (conn: Connection) => Effect.Effect<void, SqlError>
   /**
