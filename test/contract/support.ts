@@ -113,16 +113,34 @@ export const eventually = <A, E, R>(check: Effect.Effect<A, E, R>, seconds = 5):
  * awaiting the server has not registered its next sleep yet.
  */
 export const settle = Effect.gen(function*() {
-  for (let i = 0; i < 3; i++) yield* TestClock.adjust("0 millis")
   const activity = yield* Effect.serviceOption(StoreActivity)
-  if (activity._tag === "None") return
-  const deadline = realClock.unsafeCurrentTimeMillis() + 10_000
-  let quiet = 0
-  while (quiet < 3 && realClock.unsafeCurrentTimeMillis() < deadline) {
-    yield* Effect.sleep("2 millis").pipe(Effect.withClock(realClock))
-    yield* TestClock.adjust("0 millis")
-    quiet = activity.value.inFlight() === 0 ? quiet + 1 : 0
+  if (activity._tag === "None") {
+    for (let i = 0; i < 3; i++) yield* TestClock.adjust("0 millis")
+    return
   }
+  // Each `TestClock.adjust` waits, with timers, for every forked fiber to suspend (~5 ms): once here, and again
+  // only when a fiber an answer woke has a sleep due now. The real millisecond between looks lets every fiber
+  // an answer woke run on to its next wait (Effect's scheduler defers to a timer now and then).
+  yield* TestClock.adjust("0 millis")
+  yield* untilNoStatementInFlight(activity.value)
+})
+
+/** Real milliseconds until three looks in a row find no statement in flight, running what falls due meanwhile. */
+const untilNoStatementInFlight = (activity: StoreActivity["Type"]) =>
+  Effect.gen(function*() {
+    const deadline = realClock.unsafeCurrentTimeMillis() + 10_000
+    let quiet = 0
+    while (quiet < 3 && realClock.unsafeCurrentTimeMillis() < deadline) {
+      yield* Effect.sleep("1 millis").pipe(Effect.withClock(realClock))
+      if (yield* sleepDueNow) yield* TestClock.adjust("0 millis")
+      quiet = activity.inFlight() === 0 ? quiet + 1 : 0
+    }
+  })
+
+/** Whether a fiber sleeps on the TestClock until an instant already reached. */
+const sleepDueNow = Effect.gen(function*() {
+  const now = yield* Clock.currentTimeMillis
+  return Chunk.some(yield* TestClock.sleeps(), (at) => at <= now)
 })
 
 /**
@@ -142,8 +160,9 @@ export const advance = (duration: Duration.DurationInput) =>
       const now = yield* Clock.currentTimeMillis
       const due = Chunk.toReadonlyArray(yield* TestClock.sleeps()).filter((at) => at <= target)
       if (due.length === 0) break
+      // setTime has waited for the fibers to suspend and woken the sleepers due
       yield* TestClock.setTime(Math.max(now, Math.min(...due)))
-      yield* settle
+      yield* untilNoStatementInFlight(activity.value)
     }
     yield* TestClock.setTime(target)
     yield* settle
