@@ -9,7 +9,7 @@ import { checkText } from "../options.js"
 import { jsonProblem } from "../payload.js"
 import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queueInternals.js"
 import { Backing, type BackingShape } from "./backing.js"
-import { bury, grouped, settle, settled, settleGroup } from "./settlement.js"
+import { bury, givingBackHeld, grouped, settle, settled, settleGroup } from "./settlement.js"
 import { makePrefetch } from "./prefetch.js"
 import { inTransactionOf } from "../transactionOwner.js"
 import { type Held, type Known, knownQueue, type Stored } from "./queueClaims.js"
@@ -42,11 +42,12 @@ const failure = (message: string) => (cause: unknown) => new PersistedQueue.Pers
 
 /**
  * A take's `maxAttempts`: a whole number of at least 1, or `Infinity` (Effect's
- * memory store retries for ever then). Anything else (0 would bury every
+ * memory store retries for ever then; a whole number past 2^53, as `1e20`,
+ * compares as exactly as any). Anything else (0 would bury every
  * element as it is claimed) fails the take before anything is claimed.
  */
 const isMaxAttempts = (maxAttempts: number) =>
-  Number.isSafeInteger(maxAttempts) ? maxAttempts >= 1 : maxAttempts === Number.POSITIVE_INFINITY
+  Number.isInteger(maxAttempts) ? maxAttempts >= 1 : maxAttempts === Number.POSITIVE_INFINITY
 
 const invalidMaxAttempts = (maxAttempts: unknown) =>
   Effect.fail(failure(`invalid maxAttempts ${String(maxAttempts)}`)(
@@ -182,7 +183,10 @@ export const make = (
             // when the take returned there: an interruption already pending lands as this mask ends, and the
             // scope (with the finalizer below) would never close. Give the element back now instead.
             if (callerInterruptible && !Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))) {
-              return Effect.zipRight(settled("releasing")(grouped(settles, { settle: handle.release })), Effect.interrupt)
+              return Effect.zipRight(
+                settled("releasing")(grouped(settles, { settle: givingBackHeld(handle.release, entry.prefetch) })),
+                Effect.interrupt
+              )
             }
             open.add(handle)
             // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
@@ -192,7 +196,7 @@ export const make = (
             const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
               Effect.suspend(() => {
                 open.delete(handle)
-                return settle(settles, handle, exit, maxAttempts, waited ? undefined : entry.prefetch)
+                return settle(settles, handle, exit, maxAttempts, entry.prefetch, !waited)
               }) as Effect.Effect<void>
             const registered = Scope.addFinalizerExit(Context.unsafeGet(fiber.currentContext, Scope.Scope), finalizer)
             const taken: Taken = { id: payload.id, attempts, element: payload.element }

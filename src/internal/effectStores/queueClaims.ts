@@ -31,6 +31,13 @@ export interface QueuePrefetch {
   /** Claims up to `n` (inside a shared settle transaction: `hold` them once it committed). */
   readonly claimNext: (n: number) => Effect.Effect<ReadonlyArray<Held>, SqlError>
   readonly hold: (handles: ReadonlyArray<Held>) => Effect.Effect<void>
+  /**
+   * Empties the slot (a take gave its element back: held elements claimed
+   * after it must not be handed out before it), for the caller to release
+   * with its settle; the store's fiber releases them again after it (fenced:
+   * a no-op once one committed), in case that settle rolls back or fails.
+   */
+  readonly takeHeld: () => ReadonlyArray<Held>
 }
 
 /**
@@ -64,6 +71,8 @@ export interface Known {
   readonly prefetch: QueuePrefetch | undefined
 }
 
+const noneHeld: ReadonlyArray<Held> = []
+
 export const knownQueue = (
   queue: Q.Queue<Stored>,
   workerId: string,
@@ -82,7 +91,13 @@ export const knownQueue = (
       slot,
       ackAndClaim: (handle, n) => Effect.flatMap(ackClaim(handle, workerId, n), (handles) => prefetch.hold(slot, handles)),
       claimNext: (n) => claimUpTo(workerId, n) as Effect.Effect<ReadonlyArray<Held>, SqlError>,
-      hold: (handles) => prefetch.hold(slot, handles)
+      hold: (handles) => prefetch.hold(slot, handles),
+      takeHeld: () => {
+        if (slot.handles.length === 0) return noneHeld
+        const held = prefetch.takeAll(slot)
+        prefetch.releaseLater(held)
+        return held
+      }
     }
   }
 }

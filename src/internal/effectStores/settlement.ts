@@ -116,25 +116,42 @@ export const settle = (
   handle: Q.JobHandle<Stored>,
   exit: Exit.Exit<unknown, unknown>,
   maxAttempts: number,
-  /** The queue's prefetch, for a take that found its element at once (a busy queue: the next take is likely soon). */
-  prefetch: QueuePrefetch | undefined
+  /** The queue's prefetch (none for a `Queues` not alkstore's own). */
+  prefetch: QueuePrefetch | undefined,
+  /** Whether the take found its element at once (a busy queue: an ack prefetches for the next take). */
+  foundAtOnce: boolean
 ) => {
   if (Exit.isSuccess(exit)) {
     // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
     // Shared with other acks, that transaction claims the next element for this queue too.
     // Alone it claims as many as the queue's last prefetches showed are taken (`wants`), or none while
     // elements are still held (the next takes are served from memory); shared, one.
-    const wanted = prefetch === undefined ? 0 : prefetch.slot.wants()
+    const wanted = prefetch === undefined || !foundAtOnce ? 0 : prefetch.slot.wants()
     if (wanted === 0) return reported(settles, "acking")({ settle: handle.ack })
     // The plain ack is built only when it runs (the handle builds each operation when asked).
     const ack = Effect.suspend(() => handle.ack)
     const alone = prefetch!.slot.handles.length > 0 ? ack : prefetch!.ackAndClaim(handle as Held, wanted)
     return reported(settles, "acking")({ settle: ack, alone, prefetch })
   }
-  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: handle.release })
+  if (Cause.isInterruptedOnly(exit.cause)) return reported(settles, "releasing")({ settle: givingBackHeld(handle.release, prefetch) })
   const error = Cause.pretty(exit.cause, { renderErrorCause: true })
   // `job.attempts` counts this claim: it is the failures so far, this one included.
   return handle.job.attempts >= maxAttempts
     ? reported(settles, "burying")({ settle: handle.fail(error) })
-    : reported(settles, "retrying")({ settle: handle.retry(error, Duration.zero) })
+    : reported(settles, "retrying")({ settle: givingBackHeld(handle.retry(error, Duration.zero), prefetch) })
+}
+
+/**
+ * A release or retry that also gives back what the queue's slot holds: the
+ * element returns to its place in line (its due time, its id) ahead of the
+ * elements claimed after it and held for the next takes, which would
+ * otherwise be handed out first.
+ */
+export const givingBackHeld = (
+  settle: Effect.Effect<unknown, InvalidOptions | SqlError>,
+  prefetch: QueuePrefetch | undefined
+): Effect.Effect<unknown, InvalidOptions | SqlError> => {
+  const held = prefetch?.takeHeld()
+  if (held === undefined || held.length === 0) return settle
+  return Effect.zipLeft(settle, Effect.forEach(held, (handle) => handle.release, { discard: true }))
 }
