@@ -44,7 +44,7 @@ describe("the SQLite claim path's statements under STAT4", () => {
       pendingFirst: flowSql.pendingFirst(8).text,
       pendingSame: flowSql.pendingSame(8).text,
       pendingLower: flowSql.pendingLower(8).text,
-      lapsed: flowSql.lapsed,
+      lapsed: flowSql.lapsed.text,
       dueScheduled: flowSql.dueScheduled(8).text,
       groupStart: flowSql.groupStart("1:1").text,
       groupAhead: flowSql.groupAhead(3).text,

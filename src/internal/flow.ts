@@ -32,6 +32,12 @@ export interface Candidate {
   readonly runAt: number
   readonly group: string
   readonly state: "pending" | "scheduled" | "claimed"
+  /**
+   * A lapsed claim that a claim would move to dead, not hand out (its attempts
+   * spent, or expired): read with the lapsed claims only (rare rows; the
+   * pending pages stay on their covering indexes). SQLite answers 0 or 1.
+   */
+  readonly doomed?: boolean | number
 }
 
 /** What the walk needs before its first candidate (`FlowOps.start`). */
@@ -163,6 +169,12 @@ export const walkOrder = (a: Candidate, b: Candidate) =>
 
 interface GroupState {
   blocked: boolean
+  /**
+   * The serial place (round, id) of a candidate held back by the live jobs
+   * ahead of it: the group's candidates from there on wait too, while one
+   * ahead of it — met later, the walk going by priority first — may not.
+   */
+  waitsFrom: readonly [round: number, id: number] | undefined
   readonly inFlight: number
   readonly last: number
   taken: number
@@ -186,6 +198,10 @@ function* admits(scope: string, limit: number, per: number, last: number, k: num
   const at = yield* call("logAt", scope, target)
   return at === undefined || at <= now - per ? true : at + per
 }
+
+/** Whether `c` comes before the serial place `place` in its group (its round, then its id). */
+const serialBefore = (c: Candidate, place: readonly [number, number]) =>
+  c.round < place[0] || (c.round === place[0] && c.id < place[1])
 
 /** The claim walk of one limited queue at `now` (see the module comment and docs/flow-control.md). */
 export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutcome> {
@@ -234,24 +250,29 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     const e = extra[j]
     if (p === undefined && e === undefined) break
     const c = p !== undefined && (e === undefined || walkOrder(p, e) <= 0) ? page[i++]! : extra[j++]!
+    // A dry walk (stats, a waiter's probe) passes over what a claim would bury: it takes no slot.
+    if (dry && c.doomed) continue
     let group = groups.get(c.group)
-    if (group?.blocked === true) continue
+    if (group?.blocked === true || (group?.waitsFrom !== undefined && !serialBefore(c, group.waitsFrom))) continue
     if (groupLimited) {
       let ahead: number | undefined
       if (group === undefined) {
         const first = yield* call("groupStart", c.group, c.round, c.id, lim.groupConcurrency, lim.groupRateLimit !== null)
-        group = { blocked: false, inFlight: first.inFlight, last: first.last, taken: 0 }
+        group = { blocked: false, waitsFrom: undefined, inFlight: first.inFlight, last: first.last, taken: 0 }
         groups.set(c.group, group)
         ahead = first.ahead
       }
       if (lim.groupConcurrency !== null) {
         // Serial order: a group's job waits while `groupConcurrency` of its live jobs are ahead of it
         // (a retry waiting out its backoff keeps its place), and while that many are claimed.
-        if (
-          group.inFlight + group.taken >= lim.groupConcurrency ||
-          (ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency))) >= lim.groupConcurrency
-        ) {
+        if (group.inFlight + group.taken >= lim.groupConcurrency) {
           group.blocked = true
+          continue
+        }
+        if ((ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency))) >= lim.groupConcurrency) {
+          // Not the whole group: the job ahead may be a candidate the walk meets later (a lower priority, or
+          // a requeued dead job keeping its place behind a later run_at).
+          group.waitsFrom = [c.round, c.id]
           continue
         }
       }

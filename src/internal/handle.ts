@@ -183,7 +183,9 @@ export const makeHandles = <A>(
   freed: Effect.Effect<void, SqlError> = Effect.void,
   /** The ack, with what it frees told (by default the storage's ack, then `freed`). */
   ackOf: (fence: Fence) => Effect.Effect<boolean, SqlError> = (fence) =>
-    Effect.tap(storage.ack(fence), (done) => (done ? freed : Effect.void))
+    Effect.tap(storage.ack(fence), (done) => (done ? freed : Effect.void)),
+  /** After a heartbeat made a lease shorter: its waiters read again (by default this process's). */
+  leaseShortened: Effect.Effect<void, SqlError> = signal(1)
 ) => {
   const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
@@ -286,12 +288,11 @@ export const makeHandles = <A>(
         )
         const extended = yield* storage.heartbeat(fence, claimedUntil)
         if (!extended) return false
-        // A lease made shorter lapses before the deadline a waiter of this process computed: it reads again.
-        // (Another process's waiters learn it at their next read: the watcher or NOTIFY of any commit, at
-        // the latest their fallback poll.)
+        // A lease made shorter lapses before the deadline a waiter computed: it reads again (in this
+        // process, and in others where their commits do not tell them by themselves: PostgreSQL's NOTIFY).
         const shortened = self.leaseEnd !== null && claimedUntil < self.leaseEnd
         self.leaseEnd = claimedUntil
-        if (shortened) yield* signal(1)
+        if (shortened) yield* leaseShortened
         return true
       }), wonOrLost("extended"), spanOptions)
     }

@@ -1,7 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect } from "effect"
 import type * as Q from "../Queues.js"
-import { Engine, type EngineShape } from "./engine.js"
+import { Engine, type EngineShape, signalOnCommit } from "./engine.js"
 import { makeLimits } from "./limits.js"
 import { checkName } from "./names.js"
 import { type QueueOptionsInput, queueDefaults, resolveQueueOptions } from "./options.js"
@@ -43,7 +43,8 @@ export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.Maintenance
     const limit = engine.queues.maintenanceRows
     let expired = 0
     let purged = 0
-    const rounds = yield* inRounds(Effect.map(engine.queues.maintenance(at, purgeDiedBefore, limit), (round) => {
+    const round = Effect.tap(engine.queues.maintenance(at, purgeDiedBefore, limit), (round) => expiriesFreed(engine, round.expiredByQueue))
+    const rounds = yield* inRounds(Effect.map(round, (round) => {
       for (const { count, queue } of round.expiredByQueue) countExpired(queue, count)
       expired += round.expired
       purged += round.purged
@@ -55,6 +56,19 @@ export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.Maintenance
     span.attribute("alkstore.purged", result.purged)
     span.attribute("alkstore.rounds", result.rounds)
   }).pipe(Effect.map(({ expired, purged }) => ({ expired, purged })))
+
+/**
+ * An expired job no longer holds its slot or its group's place (flow
+ * control): waiters of the queues a round expired jobs of are woken here,
+ * and elsewhere where the queue has limits (PostgreSQL's NOTIFY; SQLite's
+ * commits tell other processes by themselves).
+ */
+const expiriesFreed = (engine: EngineShape, queues: ReadonlyArray<{ readonly queue: string }>) =>
+  Effect.forEach(queues, ({ queue }) =>
+    Effect.zipRight(
+      signalOnCommit(engine, queue, 1),
+      engine.flow.freedIfLimited === undefined ? engine.flow.freed(queue) : engine.flow.freedIfLimited(queue)
+    ), { discard: true })
 
 /**
  * Refreshes every queue's depth and oldest-pending-age gauges from one read

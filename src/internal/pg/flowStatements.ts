@@ -49,7 +49,8 @@ export const flowStatements = (s: string) => {
     `CASE WHEN ${asked} THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = ${q} AND scope = '') ELSE 0 END
       AS queue_last`
   const lapsed = (q = "$1", t = "$2::bigint") =>
-    asJson(`SELECT ${candidate} FROM ${jobs} WHERE queue = ${q} AND state = 'claimed'
+    asJson(`SELECT ${candidate}, (attempts >= max_attempts OR coalesce(expires_at <= ${t}, false)) AS doomed
+    FROM ${jobs} WHERE queue = ${q} AND state = 'claimed'
     AND claimed_until <= ${t} AND flow_round IS NOT NULL LIMIT 1000`) + " AS lapsed"
   const due = (cap: string) =>
     `CASE WHEN ${cap} > 0 THEN ${asJson(`SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled'
@@ -236,6 +237,8 @@ export const flowStatements = (s: string) => {
     deleteLog: `DELETE FROM ${log} WHERE queue = $1`,
     forgetRounds: `UPDATE ${jobs} SET flow_round = NULL WHERE queue = $1 AND flow_round IS NOT NULL`,
     notify: `SELECT pg_notify($1::text, CASE WHEN octet_length($2::text) < 7900 THEN $2::text ELSE '*' END)`,
+    notifyIfLimited: `SELECT pg_notify($1::text, CASE WHEN octet_length($2::text) < 7900 THEN $2::text ELSE '*' END)
+      FROM ${limits} WHERE queue = $2::text`,
     // The ack of a job of a limited queue with its `notify` ($3 channel, $4 queue), sent only when it acked.
     ackFreeing: `WITH acked AS (DELETE FROM ${jobs} WHERE ${fencedRow("$1", "$2")} RETURNING id)
       SELECT acked.id, (SELECT pg_notify($3::text, CASE WHEN octet_length($4::text) < 7900 THEN $4::text ELSE '*' END))::text

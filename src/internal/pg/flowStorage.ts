@@ -47,7 +47,8 @@ const toCandidate = (r: Row): Candidate => ({
   round: int(r.round, "round"),
   runAt: int(r.run_at, "run_at"),
   group: r.group_key as string,
-  state: r.state as Candidate["state"]
+  state: r.state as Candidate["state"],
+  doomed: r.doomed === true
 })
 
 const limitsParams = (queue: string, l: ResolvedLimits, now: number): Array<Param> => [
@@ -346,6 +347,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
   }
 
   const freed = (queue: string) => exec(sql.notify, [notifier.channel, queue])
+  const freedIfLimited = (queue: string) => exec(sql.notifyIfLimited, [notifier.channel, queue])
   const ackFreeing = (fence: Fence, queue: string) =>
     Effect.map(db.all(sql.ackFreeing, [fence.id, fence.token, notifier.channel, queue]), (r) => r.length > 0)
 
@@ -383,6 +385,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
         (outcome) => (outcome.limited ? outcome.takenPending : undefined)
       ),
     freed,
+    freedIfLimited,
     ackFreeing
   }
   return { storage, claim }

@@ -76,8 +76,9 @@ const sql = {
   pendingLower: byLiteral((size: number) =>
     numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} AND priority < +?2 ${flowOrder} LIMIT ${size}`)
   ),
-  lapsed: `SELECT ${candidateColumns} FROM __alkstore_jobs
-    WHERE queue = +? AND state = 'claimed' AND claimed_until <= +? AND flow_round IS NOT NULL LIMIT 1000`,
+  lapsed: numbered(`SELECT ${candidateColumns}, (attempts >= max_attempts OR (expires_at IS NOT NULL AND expires_at <= ?2)) AS doomed
+    FROM __alkstore_jobs
+    WHERE queue = +?1 AND state = 'claimed' AND claimed_until <= +?2 AND flow_round IS NOT NULL LIMIT 1000`),
   dueScheduled: byLiteral((size: number) =>
     numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs
       WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2 AND flow_round IS NOT NULL LIMIT ${size}`)
@@ -212,7 +213,7 @@ const genOps: GenOps = {
     const { now, queue, ready } = ctx
     const inFlight = !request.inFlight ? 0 : ready.inFlight ?? (yield* count(sql.inFlight, [queue, now]))
     const queueLast = !request.queueLast ? 0 : ready.queueLast ?? (yield* count(sql.logLast, [queue, ""]))
-    const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed, [queue, now]) : none
+    const lapsed = ready.lapsed ? yield* rows<Candidate>(sql.lapsed.text, sql.lapsed.bind([queue, now])) : none
     const dueScheduled = request.dueScheduled > 0 ? yield* literal(sql.dueScheduled(request.dueScheduled), [queue, now]) : none
     const key = headKey(ready, request.pageSize)
     if (key === undefined) return { inFlight, queueLast, lapsed, dueScheduled, page: yield* literal(sql.pendingFirst(request.pageSize), [queue]) }

@@ -137,9 +137,10 @@ export const makeImmediateTransaction = (options: {
         const name = `alkstore_sp_${id}`
         const parentHooks = context.unsafeMap.get(CommitHooks.key) as Array<() => void> | undefined
         const hooks: Array<() => void> = []
-        const inner = Context.add(context, SqlClient.TransactionConnection, [conn, id] as const).pipe(
-          Context.add(CommitHooks, hooks)
-        )
+        // In a transaction the store did not begin (the application's), hooks released with the savepoint would
+        // have no transaction's hooks to join: the signals inside go where the application's own go (`foreign`).
+        const joined = Context.add(context, SqlClient.TransactionConnection, [conn, id] as const)
+        const inner = parentHooks === undefined ? joined : Context.add(joined, CommitHooks, hooks)
         const savepoint = exec(conn, `SAVEPOINT ${name}`)
         return (options.joinable === undefined ? savepoint : Effect.zipRight(options.joinable(conn), savepoint)).pipe(
           Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),

@@ -122,6 +122,8 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         const original = options.identity ?? fileIdentity(filename)
         const db = new Sqlite(filename, { readonly: true, fileMustExist: true, timeout: 0 })
         const dataVersion = db.prepare("PRAGMA data_version").pluck()
+        // WAL is a property of the file (any connection reads it); a rollback journal is not WAL.
+        const journalMode = db.prepare("PRAGMA journal_mode").pluck()
         let last = dataVersion.get() as number
         let waiting = false
         let closed = false
@@ -196,13 +198,21 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
         }
         const startEvents = () => {
           if (events !== undefined || eventsUnavailable) return
+          let wal = true
+          try {
+            wal = journalMode.get() === "wal"
+          } catch {
+            // A busy file: taken as WAL, the store's own mode (a slower wake at worst, by the fallback poll).
+          }
           try {
             const watcher = fs.watch(path.dirname(filename), { persistent: false }, (event, name) => {
               if (!waiting || closed || failed) return
-              if (name !== null && name !== base && name !== `${base}-wal`) return
-              if (event === "rename") checkIdentity()
-              // Commits write the WAL; writes to the database file itself are checkpoints.
-              if (failed || (name === base && event !== "rename")) return
+              if (name !== null && name !== base && name !== `${base}-wal` && name !== `${base}-journal`) return
+              if (event === "rename" && name !== `${base}-journal`) checkIdentity()
+              // In WAL mode commits write the WAL, and writes to the database file itself are checkpoints; with
+              // a rollback journal (an application's connection that turned WAL off) a commit writes the
+              // database file and ends its journal.
+              if (failed || (wal && name === base && event !== "rename")) return
               const at = performance.now()
               walWritten(round, at, at - seenAt < SEEN_MILLIS, nextTurn !== undefined)
               if (nextTurn !== undefined) return
