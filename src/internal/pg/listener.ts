@@ -141,7 +141,13 @@ export const startListener = (options: ListenerOptions) =>
      * otherwise hold the attempt for as long as TCP retries — minutes.
      */
     const connect = Effect.async<Pg.Client, SqlError>((resume) => {
-      const client = new Pg.Client({ ...options.connection, keepAlive: true, keepAliveInitialDelayMillis: 1_000 })
+      let client: Pg.Client
+      try {
+        client = new Pg.Client({ ...options.connection, keepAlive: true, keepAliveInitialDelayMillis: 1_000 })
+      } catch (cause) {
+        // The driver parses the connection string here: a storage error, never a defect.
+        return resume(Effect.fail(new SqlError({ cause, message: `Failed to make the LISTEN connection: ${String(cause)}` })))
+      }
       client.on("error", () => {}) // reported through `broken` below
       let settled = false
       client.connect()

@@ -35,5 +35,8 @@ export const schemaNameProblem = (schema: unknown): InvalidOptions | undefined =
   if (reserved.has(schema)) {
     return new InvalidOptions({ field: "schema", reason: `must not be ${schema}, a keyword PostgreSQL reserves from names` })
   }
+  if (schema.startsWith("pg_")) {
+    return new InvalidOptions({ field: "schema", reason: "must not begin with pg_, which PostgreSQL reserves for system schemas" })
+  }
   return undefined
 }

@@ -4,7 +4,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
-import type Pg from "pg"
+import Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
 import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
@@ -36,7 +36,7 @@ import { makeScheduleStorage } from "./scheduleStorage.js"
  * `InvalidOptions` (a timer past ~24.8 days never fires).
  */
 export interface StoreSettings {
-  /** The schema of the engine's tables; default `alkstore`. Lowercase letters, digits and `_`, at most 48. */
+  /** The schema of the engine's tables; default `alkstore`. Lowercase letters, digits and `_`, at most 48; not `pg_…`. */
   readonly schema?: string
   /** Dead jobs older than this are purged by maintenance; default 7 days. */
   readonly deadRetention?: import("effect").Duration.DurationInput
@@ -116,6 +116,9 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
     if (options.prepare !== undefined && typeof options.prepare !== "boolean") {
       return yield* new InvalidOptions({ field: "prepare", reason: "must be a boolean" })
     }
+    if (options.listenUrl !== undefined && !isConnectionString(options.listenUrl)) {
+      return yield* new InvalidOptions({ field: "listenUrl", reason: "must be a PostgreSQL connection string the pg driver parses" })
+    }
     return {
       schema,
       prepare: options.prepare ?? true,
@@ -131,6 +134,18 @@ export const resolveSettings = (options: StoreSettings): Effect.Effect<ResolvedS
       planCheckMillis: yield* wait("planCheckEvery", 1_000)
     }
   })
+
+/** Whether the driver takes `url` (plain or `Redacted`) as a connection string: parsed here, not at the first LISTEN. */
+const isConnectionString = (url: unknown): boolean => {
+  const text = Redacted.isRedacted(url) ? Redacted.value(url) : url
+  if (typeof text !== "string") return false
+  try {
+    new Pg.Client({ connectionString: text }) // parses only; connects on `connect()`
+    return true
+  } catch {
+    return false
+  }
+}
 
 export type { Mechanisms }
 
@@ -256,9 +271,10 @@ export const layer = (
   >
 
 export const layerFromClient = (
-  options: StoreSettings = {}
+  given: StoreSettings = {}
 ): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> =>
   withClock(Effect.gen(function*() {
+    const options = given ?? {} // `null` is no options (CONTRACT §2)
     const settings = yield* resolveSettings(options)
     const client = yield* PgClient.PgClient
     const built = yield* buildMechanisms(client, settings, options)

@@ -4,7 +4,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, FiberSet, Layer, type Scope } from "effect"
 import * as path from "node:path"
-import { DatabaseReplaced, type InvalidOptions } from "../../StoreError.js"
+import { DatabaseReplaced, InvalidOptions } from "../../StoreError.js"
 import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeLifetime } from "../lifetime.js"
@@ -56,7 +56,7 @@ export interface StoreSettings {
 
 /** Settings only a store that owns its connection (`SqliteStore.layer`) takes. */
 export interface OwnedSettings {
-  /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms. */
+  /** SQLite's own `busy_timeout`; kept short because it blocks the event loop; default 5 ms, at most 2^31 − 1 ms. */
   readonly busyTimeout?: Duration.DurationInput
   /** How long after a write the background thread checkpoints the WAL (`PASSIVE`); default 200 ms. */
   readonly checkpointInterval?: Duration.DurationInput
@@ -169,6 +169,9 @@ export interface SqliteStoreOptions extends StoreSettings, OwnedSettings {
   readonly filename: string
 }
 
+/** The longest `busy_timeout` SQLite (and better-sqlite3's `timeout`) takes: a signed 32-bit count of ms. */
+const maxBusyTimeoutMillis = 2_147_483_647
+
 const isFile = (filename: string) => filename !== "" && filename !== ":memory:"
 
 export const layer = (
@@ -177,6 +180,12 @@ export const layer = (
   Layer.scopedContext(Effect.gen(function*() {
     const settings = yield* resolveSettings(options)
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
+    if (busyTimeout > maxBusyTimeoutMillis) {
+      return yield* new InvalidOptions({
+        field: "busyTimeout",
+        reason: `must be at most ${maxBusyTimeoutMillis} ms (SQLite counts its busy timeout in a 32-bit integer)`
+      })
+    }
     const checkpointInterval =
       (yield* optionalDurationMillis("checkpointInterval", options.checkpointInterval, { positive: true })) ?? 200
     const walSignal = makeWalSignal()
@@ -257,7 +266,7 @@ export const layerFromClient = (
   options: StoreSettings = {}
 ): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, SqlClient.SqlClient> =>
   Layer.scopedContext(Effect.gen(function*() {
-    const settings = yield* resolveSettings(options)
+    const settings = yield* resolveSettings(options ?? {}) // `null` is no options (CONTRACT §2)
     const client = yield* SqlClient.SqlClient
     const executor = yield* fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
     const main = mainFileIn(yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", []))
