@@ -55,6 +55,23 @@ describe("setting a store up", () => {
       })
     }))
 
+  // docs/contract.md §2: bad input is a typed error before anything is written. A pool of no connection hung the
+  // start for good (the first query waits for a connection that never comes, uninterruptibly).
+  it.live("PgStore.layer with maxConnections below 1 is InvalidOptions on maxConnections, not a start that never ends", () =>
+    Effect.gen(function*() {
+      const url = yield* Effect.promise(pgDatabaseUrl)
+      const schema = `setup_pool_${process.pid}`
+      const outcomes: Array<string> = []
+      for (const maxConnections of [0, -1, 1.5]) {
+        const built = buildOutcome(PgStore.layer({ url: Redacted.make(url), schema, clock: "host", maxConnections }))
+        outcomes.push(yield* Effect.race(built, Effect.as(Effect.sleep("3 seconds"), "hung")))
+      }
+      expect({ outcomes, schemaCreated: yield* schemaExists(url, schema) }).toEqual({
+        outcomes: ["InvalidOptions:maxConnections", "InvalidOptions:maxConnections", "InvalidOptions:maxConnections"],
+        schemaCreated: false
+      })
+    }))
+
   // docs/contract.md §2: "Options given as `null` are no options."
   it.live("layerFromClient(null) is layerFromClient() on both engines (null options are no options)", () =>
     Effect.gen(function*() {

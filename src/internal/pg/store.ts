@@ -259,6 +259,11 @@ export const layer = (
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =>
   withClock(Effect.gen(function*() {
     const settings = yield* resolveSettings(options)
+    // A pool of no connection never answers `PgClient.make`'s first query, and its wait cannot be interrupted.
+    const max = options.maxConnections
+    if (max !== undefined && !(Number.isSafeInteger(max) && max >= 1)) {
+      return yield* new InvalidOptions({ field: "maxConnections", reason: "must be a whole number of at least 1" })
+    }
     const client = yield* PgClient.make(options)
     const built = yield* buildMechanisms(client, settings, options)
     return {
