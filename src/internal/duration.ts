@@ -109,6 +109,13 @@ export const optionalDurationMillis = (
 export const maxWaitMillis = 24 * 86_400_000
 
 /**
+ * The longest wait between two renewals of a lease (a worker's heartbeat, a
+ * PersistedQueue take's, a lock's): a third of a lease past ~74 days would
+ * be a wait no timer fires (`maxWaitMillis`), so such leases renew daily.
+ */
+export const maxRenewalMillis = 86_400_000
+
+/**
  * A store setting that is waited in one timer (`optionalDurationMillis`,
  * positive, at most `maxWaitMillis`), or `fallback` when not given.
  */

@@ -1,7 +1,7 @@
 import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
 import { LockLost, LockUnavailable } from "../StoreError.js"
-import { durationMillis, instantAfter, optionalDurationMillis } from "./duration.js"
+import { durationMillis, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { validateText } from "./options.js"
@@ -103,7 +103,7 @@ const stillHeld = (handle: L.LockHandle, ttlMillis: number) =>
   Effect.map(Clock.currentTimeMillis, (now) => now < deadlineOf(handle, ttlMillis))
 
 /** The longest single wait of `lapse`: a day (a JS timer longer than ~24.8 days never fires). */
-const lapseCheckMillis = 86_400_000
+const lapseCheckMillis = maxRenewalMillis
 
 /**
  * Fails with `LockLost` at `handle`'s deadline (the known lease end less the

@@ -2,9 +2,9 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, DateTime, Duration, Effect, Option } from "effect"
 import type * as S from "../Scheduler.js"
 import type { LockHandle } from "../Locks.js"
-import { type DatabaseReplaced, LeadershipLost } from "../StoreError.js"
+import { type DatabaseReplaced, InvalidSpec, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
-import { optionalDurationMillis } from "./duration.js"
+import { instantAfter, optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
 import { queueDefaults, safeInteger, validateText } from "./options.js"
@@ -127,6 +127,12 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       const group = opts?.group === undefined ? "" : yield* validateText("group", opts.group)
       const encoded = yield* encodeJson(payload)
       const now = yield* Clock.currentTimeMillis
+      // The instants the registration and its first fire reach, checked before anything is written (CONTRACT §3).
+      const firstBoundary = yield* Effect.mapError(
+        instantAfter("spec", now, intervalMillis),
+        (error) => new InvalidSpec({ spec, reason: `its first boundary ${error.reason}` })
+      )
+      if (expiresMillis !== undefined) yield* instantAfter("expires", firstBoundary, expiresMillis)
       const row = yield* engine.schedules.upsert(
         { name, spec, intervalMillis, queue, payload: encoded, priority, maxAttempts, expiresMillis, group },
         now

@@ -3,6 +3,7 @@ import { Clock, Context, Duration, Effect, Exit, Fiber, Option, type Tracer } fr
 import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
+import { maxRenewalMillis } from "./duration.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { maxProcessConcurrency, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
@@ -116,7 +117,7 @@ export const makeProcess = <A>(
    * heartbeat finds the claim lost.
    */
   const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
-    const every = Duration.millis(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3))
+    const every = Duration.millis(Math.min(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3), maxRenewalMillis))
     const beatOnce = Effect.catchAllCause(handle.heartbeat(), (cause) =>
       Effect.as(
         Effect.logWarning(

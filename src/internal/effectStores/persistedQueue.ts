@@ -4,7 +4,7 @@ import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, FiberRef, Sc
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
-import { checkOptionalDuration, isInvalid } from "../duration.js"
+import { checkOptionalDuration, isInvalid, maxRenewalMillis } from "../duration.js"
 import { checkText } from "../options.js"
 import { jsonProblem } from "../payload.js"
 import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queueInternals.js"
@@ -109,7 +109,7 @@ export const make = (
     const workerId = `persisted-queue:${crypto.randomUUID()}`
     const open = new Set<Q.JobHandle<Stored>>()
     const renew = renewal(open, visibilityTimeout)
-    yield* renewEvery(open, renew, Math.max(1, visibilityMillis / 3))
+    yield* renewEvery(open, renew, Math.min(Math.max(1, visibilityMillis / 3), maxRenewalMillis))
 
     // Takes holding an element: whether a claim or a settle may have company (others would settle soon).
     const othersHolding = () => open.size > 0
