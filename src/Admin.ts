@@ -77,7 +77,12 @@ export interface LockInfo {
 
 /** Store-wide counters for rates between two readings. */
 export interface Totals {
-  /** The highest job id ever assigned: its growth is the enqueue count. */
+  /**
+   * The highest job id ever assigned: its growth is the enqueue count. On
+   * PostgreSQL an enqueue rolled back with its transaction still took an id
+   * from the sequence, so there it counts those too (a deduplicated keyed
+   * enqueue takes none).
+   */
   readonly lastJobId: number
   /** Jobs in the table (pending, scheduled, claimed, dead). */
   readonly live: number

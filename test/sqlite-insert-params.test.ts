@@ -59,7 +59,7 @@ describe("a SQLite batch insert", () => {
         const jobs = Array.from({ length: 230 }, (_, n) => job({ ...shape, payload: JSON.stringify({ n }) }))
         const ids = c.transaction(() => insertManyNow(c, jobs))
         expect(ids).toEqual(Array.from({ length: 230 }, (_, i) => ids[0]! + i))
-        const single = c.transaction(() => jobs.map((j) => insertNow(c, j)))
+        const single = c.transaction(() => jobs.map((j) => insertNow(c, j, () => {})))
         expect(rowsOf(ids)).toStrictEqual(rowsOf(single))
         expect(rowsOf(ids).map((row) => row.payload)).toEqual(jobs.map((j) => j.payload))
       }))
@@ -70,7 +70,7 @@ describe("a SQLite batch insert", () => {
       const { c, rowsOf } = yield* migratedConnection
       const jobs = [job(), job({ priority: 9 }), job({ runAt: 7_000 }), job({ queue: "other" }), job({ group: "g" })]
       const ids = c.transaction(() => insertManyNow(c, jobs))
-      const single = c.transaction(() => jobs.map((j) => insertNow(c, j)))
+      const single = c.transaction(() => jobs.map((j) => insertNow(c, j, () => {})))
       expect(rowsOf(ids)).toStrictEqual(rowsOf(single))
     }))
 
@@ -80,7 +80,7 @@ describe("a SQLite batch insert", () => {
       const jobs = [job(), job({ priority: 9 }), job({ runAt: 7_000 }), job({ group: "g" }), job({ expiresAt: 8_000 })]
       const ids = c.transaction(() => insertManyNow(c, jobs))
       expect(ids).toEqual(jobs.map((_, i) => ids[0]! + i))
-      const single = c.transaction(() => jobs.map((j) => insertNow(c, j)))
+      const single = c.transaction(() => jobs.map((j) => insertNow(c, j, () => {})))
       expect(rowsOf(ids)).toStrictEqual(rowsOf(single))
     }))
 })

@@ -221,6 +221,12 @@ export interface FlowStorage {
   readonly memory: FlowMemory
 }
 
+/**
+ * Told of the key holders a keyed insert or a `requeueDead` moved to dead on
+ * the way (their queue, and each one's `last_error`), for the metrics.
+ */
+export type HoldersBuried = (queue: string, lastErrors: ReadonlyArray<unknown>) => void
+
 export interface LockRow {
   readonly token: number
   readonly expires_at: number

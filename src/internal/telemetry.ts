@@ -147,8 +147,8 @@ export const linkOf = (traceparent: string | null | undefined): Tracer.SpanLink 
   }
 }
 
-// Milliseconds, 1 ms to ~9 h on a doubling curve.
-const millisBoundaries = MetricBoundaries.exponential({ start: 1, factor: 2, count: 26 })
+// Milliseconds, 1 ms to ~9 h (2^25 ms) on a doubling curve: Effect counts the +Inf bucket in `count`.
+const millisBoundaries = MetricBoundaries.exponential({ start: 1, factor: 2, count: 27 })
 
 const keys = {
   enqueued: MetricKey.counter("alkstore.queue.enqueued", { description: "jobs enqueued", incremental: true }),
@@ -260,6 +260,19 @@ export const setGauges = (
 }
 
 /** Counts expiries of a queue (maintenance's, by queue): each is also a death. */
+/**
+ * Counts the holders of a key that a keyed enqueue or a `requeueDead` moved
+ * to dead on the way, by the `last_error` each got (`expired`, else spent).
+ */
+export const countHoldersBuried = (queue: string, lastErrors: ReadonlyArray<unknown>): void => {
+  if (lastErrors.length === 0) return
+  const m = queueMetrics(queue)
+  for (const error of lastErrors) {
+    if (error === "expired") m.expired(1)
+    else m.dead(1)
+  }
+}
+
 export const countExpired = (queue: string, count: number): void => {
   if (count > 0) queueMetrics(queue).expired(count)
 }

@@ -39,17 +39,21 @@ const sgr = /\x1b\[[0-9;]*m/g
  * @effect/cli colours its help and errors whatever the output: colours only
  * on a terminal, and never under NO_COLOR (https://no-color.org). With
  * `toStderr`, what it prints as output goes to stderr (help after an error).
+ * What goes to stderr starts with `alkstore:` (docs/operations.md): the
+ * store's own lines do, and @effect/cli's messages for a bad command line
+ * (its only other stderr lines) are given it.
  */
 const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>, options: { readonly toStderr?: boolean } = {}): Effect.Effect<A, E, R> => {
   const terminal = options.toStderr === true ? process.stderr : process.stdout
   const colour = terminal.isTTY === true && (process.env.NO_COLOR ?? "") === ""
-  if (colour && options.toStderr !== true) return effect
   const strip = (args: ReadonlyArray<unknown>) => (colour ? args : args.map((a) => (typeof a === "string" ? a.replace(sgr, "") : a)))
+  const prefixed = (args: ReadonlyArray<unknown>) =>
+    typeof args[0] === "string" && !args[0].replace(sgr, "").startsWith("alkstore:") ? [`alkstore: ${args[0]}`, ...args.slice(1)] : args
   return Console.consoleWith((base) =>
     Effect.withConsole(effect, {
       ...base,
       log: (...args: ReadonlyArray<unknown>) => (options.toStderr === true ? base.error(...strip(args)) : base.log(...strip(args))),
-      error: (...args: ReadonlyArray<unknown>) => base.error(...strip(args))
+      error: (...args: ReadonlyArray<unknown>) => base.error(...strip(options.toStderr === true ? args : prefixed(args)))
     }))
 }
 

@@ -41,7 +41,8 @@ export const startHistory = (
       Effect.flatMap((reading) => Ref.update(readings, (r) => appendReading(r, reading))),
       Effect.catchAll((error) => Effect.logWarning(`dashboard: reading the store failed: ${error.message}`))
     )
-    yield* Effect.forkScoped(Effect.repeat(Effect.delay(sample, every), Schedule.spaced(every)))
+    // The first reading was taken above: the next one `every` later, and so on (`spaced` waits before each repeat).
+    yield* Effect.forkScoped(Effect.delay(Effect.repeat(sample, Schedule.spaced(every)), every))
     return { readings: Ref.get(readings) }
   })
 

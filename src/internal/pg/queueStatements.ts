@@ -133,7 +133,12 @@ export const queueStatements = (s: string, n: Notifier) => {
   return {
     insert: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(14)} FROM w`,
-    insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} VALUES ${values} ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
+    // Inserted only while no live job holds the key: a row of VALUES takes its id from the sequence before the
+    // key's conflict is found, so every deduplicated enqueue burnt one (Admin's `lastJobId`, read from the
+    // sequence, counted it as enqueued). ON CONFLICT stays for a holder committed meanwhile.
+    insertKeyed: `WITH w AS (INSERT INTO ${jobs} ${insertColumns} SELECT ${values.slice(1, -1)}
+        WHERE NOT EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1::text AND idempotency_key = $10::text AND state <> 'dead')
+        ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(14)} FROM w`,
     // Many rows in one statement; identities are assigned in ordinality order.
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
@@ -161,7 +166,7 @@ export const queueStatements = (s: string, n: Notifier) => {
       SELECT w.id, ${n.tail(13)} FROM w`,
     liveKey: `SELECT id FROM ${jobs} WHERE queue = $1 AND idempotency_key = $2 AND state <> 'dead'`,
     // The key's holder, swept to dead if it has expired ($1 now, $2 the queue, $3 the key).
-    expireKeyHolder: `${sweepKeyHolder} WHERE queue = $2 AND idempotency_key = $3 AND ${keyHolderGone} RETURNING id`,
+    expireKeyHolder: `${sweepKeyHolder} WHERE queue = $2 AND idempotency_key = $3 AND ${keyHolderGone} RETURNING id, last_error`,
     claim: claimOf("$4"),
     claimOne: claimOf("1"),
     ackAndClaim: ackAndClaimOf("$4"),
@@ -211,7 +216,7 @@ export const queueStatements = (s: string, n: Notifier) => {
     // unless that holder has expired: swept first ($1 now, $2 the queue, $3 the dead job's id).
     requeueExpireHolder: `${sweepKeyHolder} WHERE queue = $2 AND idempotency_key = (
         SELECT idempotency_key FROM ${jobs} WHERE id = $3::bigint AND queue = $2 AND state = 'dead')
-        AND ${keyHolderGone} RETURNING id`,
+        AND ${keyHolderGone} RETURNING id, last_error`,
     // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
     requeueDead: `WITH w AS (UPDATE ${jobs} AS d
         SET state = 'pending', run_at = $1::bigint, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,

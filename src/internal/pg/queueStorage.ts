@@ -5,6 +5,7 @@ import {
   type JobRow,
   type NewJob,
   newJobValues,
+  type HoldersBuried,
   type QueueStorage,
   sharesAllButPayload,
   type StatsRow
@@ -37,7 +38,8 @@ export const makeQueueStorage = (
   schema: string,
   notifier: Notifier,
   memory: FlowMemory,
-  flowClaim: (queue: string, workerId: string, now: number, n: number) => Effect.Effect<FlowOutcome, SqlError>
+  flowClaim: (queue: string, workerId: string, now: number, n: number) => Effect.Effect<FlowOutcome, SqlError>,
+  buried: HoldersBuried
 ): QueueStorage => {
   const sql = queueStatements(schema, notifier)
   const ids = (rows: Effect.Effect<ReadonlyArray<Record<string, unknown>>, SqlError>) =>
@@ -60,7 +62,10 @@ export const makeQueueStorage = (
         const inserted = yield* ids(db.all(sql.insertKeyed, [...newJobValues(job), ...notifier.params]))
         if (inserted.length > 0) return inserted[0]!
         const swept = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
-        if (swept.length > 0) continue
+        if (swept.length > 0) {
+          buried(job.queue, swept.map((row) => row.last_error))
+          continue
+        }
         const live = yield* ids(db.all(sql.liveKey, [job.queue, job.key ?? null]))
         if (live.length > 0) return live[0]!
       }
@@ -292,7 +297,7 @@ export const makeQueueStorage = (
     // savepoint is rolled back and the answer is false, not the unique violation.
     requeueDead: (queue, id, now) =>
       db.transaction(Effect.zipRight(
-        db.all(sql.requeueExpireHolder, [now, queue, id]),
+        Effect.tap(db.all(sql.requeueExpireHolder, [now, queue, id]), (swept) => buried(queue, swept.map((row) => row.last_error))),
         Effect.catchIf(
           db.transaction(changed(db.all(sql.requeueDead, [now, queue, id, ...notifier.params]))),
           keyTaken,

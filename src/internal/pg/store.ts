@@ -12,6 +12,7 @@ import { schemaNameProblem } from "./schemaName.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeLifetime } from "../lifetime.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
+import { countHoldersBuried } from "../telemetry.js"
 import { makeWakeHub } from "../wake.js"
 import { makeDatabaseClock, measureOffset } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
@@ -219,7 +220,7 @@ export const buildMechanisms = (
     const flowMemory = makeFlowMemory()
     const flow = makeFlowStorage(executor, schema, notifier, flowMemory)
     const engine: EngineShape = {
-      queues: makeQueueStorage(executor, schema, notifier, flowMemory, flow.claim),
+      queues: makeQueueStorage(executor, schema, notifier, flowMemory, flow.claim, countHoldersBuried),
       flow: flow.storage,
       locks: makeLockStorage(executor, schema, notifier),
       schedules: makeScheduleStorage(executor, schema, notifier),

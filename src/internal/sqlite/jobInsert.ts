@@ -3,7 +3,7 @@
  * owns (src/internal/sqlite/queueStorage.ts runs them): one job, one keyed
  * job, and a batch as multi-row INSERTs.
  */
-import { type NewJob, newJobValues, sharesAllButPayload } from "../engine.js"
+import { type HoldersBuried, type NewJob, newJobValues, sharesAllButPayload } from "../engine.js"
 import type { DirectConnection, Param } from "./executor.js"
 import { flowInsertParams, flowInsertValues } from "./flowInsert.js"
 import { nextJobId } from "./jobIds.js"
@@ -20,18 +20,20 @@ export const expireKeyHolderParams = (job: NewJob) => expireKeyHolderSql.bind([j
  * that holder is swept first if it has expired (then the insert runs again),
  * else its id is the answer. Inside the caller's transaction throughout.
  */
-export const insertKeyedNow = (c: DirectConnection, job: NewJob): number => {
+export const insertKeyedNow = (c: DirectConnection, job: NewJob, buried: HoldersBuried): number => {
   const params = insertValues(job)
   const result = c.run(sql.insertKeyed, params)
   if (result.changes > 0) return Number(result.lastInsertRowid)
-  if (c.run(expireKeyHolderSql.text, expireKeyHolderParams(job)).changes > 0) {
+  const swept = c.all<{ last_error: unknown }>(expireKeyHolderSql.text, expireKeyHolderParams(job))
+  if (swept.length > 0) {
+    buried(job.queue, swept.map((row) => row.last_error))
     return Number(c.run(sql.insertKeyed, params).lastInsertRowid)
   }
   return c.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null])[0]!.id
 }
 
-export const insertNow = (c: DirectConnection, job: NewJob): number =>
-  job.key === undefined ? Number(c.run(sql.insert, insertValues(job)).lastInsertRowid) : insertKeyedNow(c, job)
+export const insertNow = (c: DirectConnection, job: NewJob, buried: HoldersBuried): number =>
+  job.key === undefined ? Number(c.run(sql.insert, insertValues(job)).lastInsertRowid) : insertKeyedNow(c, job, buried)
 
 /**
  * Jobs without keys go in as multi-row INSERTs of up to `INSERT_ROWS` rows:

@@ -234,7 +234,7 @@ export const sql = {
     ON CONFLICT DO NOTHING`,
   liveKey: `SELECT id FROM __alkstore_jobs WHERE queue = ? AND idempotency_key = ? AND state <> 'dead'`,
   // `?1` now, `?2` the queue, `?3` the key (on the key's unique index).
-  expireKeyHolder: `${sweepKeyHolder} WHERE queue = ?2 AND idempotency_key = ?3 AND ${keyHolderGone}`,
+  expireKeyHolder: `${sweepKeyHolder} WHERE queue = ?2 AND idempotency_key = ?3 AND ${keyHolderGone} RETURNING last_error`,
   // What a claim must do first: promote due scheduled rows into the claim
   // index (the read keeps idle claims write-free), and whether lapsed leases
   // compete with the pending rows. `?1` is the queue, `?2` now.
@@ -290,7 +290,7 @@ export const sql = {
   // unless that holder has expired: `?1` now, `?2` the queue, `?3` the dead job's id.
   requeueExpireHolder: `${sweepKeyHolder} WHERE queue = ?2 AND idempotency_key = (
       SELECT idempotency_key FROM __alkstore_jobs WHERE id = ?3 AND queue = ?2 AND state = 'dead')
-      AND ${keyHolderGone}`,
+      AND ${keyHolderGone} RETURNING last_error`,
   // The expiry is cleared: an operator asked for this job to run (docs/queues-and-locks.md).
   requeueDead: `UPDATE __alkstore_jobs
     SET state = 'pending', run_at = ?1, attempts = 0, died_at = NULL, claimed_until = NULL, worker_id = NULL,

@@ -1,5 +1,5 @@
 import { Effect, Option } from "effect"
-import { type Fence, type JobRow, type MaintenanceRow, type NewJob, type QueueStorage, type StatsRow } from "../engine.js"
+import { type Fence, type HoldersBuried, type JobRow, type MaintenanceRow, type NewJob, type QueueStorage, type StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "../transactionOwner.js"
@@ -173,7 +173,7 @@ const countByQueue = (rows: ReadonlyArray<{ readonly queue: string }>): Maintena
   return Array.from(counts, ([queue, count]) => ({ queue, count }))
 }
 
-export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage => {
+export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: HoldersBuried): QueueStorage => {
   const changed = (result: RunResult) => result.changes > 0
   const direct = db.direct
   const directNow = db.directNow
@@ -184,7 +184,9 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
       const params = insertValues(job)
       const result = yield* db.run(sql.insertKeyed, params)
       if (result.changes > 0) return Number(result.lastInsertRowid)
-      if ((yield* db.run(expireKeyHolderSql.text, expireKeyHolderParams(job))).changes > 0) {
+      const swept = yield* db.all<{ last_error: unknown }>(expireKeyHolderSql.text, expireKeyHolderParams(job))
+      if (swept.length > 0) {
+        buried(job.queue, swept.map((row) => row.last_error))
         return Number((yield* db.run(sql.insertKeyed, params)).lastInsertRowid)
       }
       return (yield* db.all<{ id: number }>(sql.liveKey, [job.queue, job.key ?? null]))[0]!.id
@@ -247,7 +249,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
 
   // A keyed insert and its lookup share a transaction; a plain one is one statement.
   const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
-    job.key === undefined ? insertNow(c, job) : c.transaction(() => insertKeyedNow(c, job))
+    job.key === undefined ? insertNow(c, job, buried) : c.transaction(() => insertKeyedNow(c, job, buried))
 
   const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
   (c: DirectConnection) =>
@@ -272,7 +274,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
           jobs.length === 1
             ? [insertOneBody(jobs[0]!)(c)]
             : jobs.some((job) => job.key !== undefined)
-            ? c.transaction(() => jobs.map((job) => insertNow(c, job)))
+            ? c.transaction(() => jobs.map((job) => insertNow(c, job, buried)))
             : c.transaction(() => insertManyNow(c, jobs))
         ),
       insertOne: (job) => direct(insertOneBody(job)),
@@ -351,7 +353,10 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory): QueueStorage
     requeueDead: (queue, id, now) =>
       db.transaction(
         Effect.zipRight(
-          db.run(requeueExpireHolderSql.text, requeueExpireHolderSql.bind([now, queue, id])),
+          Effect.tap(
+            db.all<{ last_error: unknown }>(requeueExpireHolderSql.text, requeueExpireHolderSql.bind([now, queue, id])),
+            (swept) => buried(queue, swept.map((row) => row.last_error))
+          ),
           Effect.map(db.run(requeueDeadSql.text, requeueDeadSql.bind([now, queue, id])), changed)
         )
       ),

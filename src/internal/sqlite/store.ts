@@ -26,6 +26,7 @@ import { makeCommitSignals } from "./transaction.js"
 import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
+import { countHoldersBuried } from "../telemetry.js"
 
 /**
  * Engine settings a store accepts (all optional). Those the store waits in
@@ -123,7 +124,7 @@ export const buildMechanisms = (
     const foreign = isFile(filename) ? undefined : yield* wakeAfterForeignTransactions(wake)
     const flowMemory = makeFlowMemory()
     const engine: EngineShape = {
-      queues: makeQueueStorage(executor, flowMemory),
+      queues: makeQueueStorage(executor, flowMemory, countHoldersBuried),
       flow: makeFlowStorage(executor, flowMemory),
       locks: makeLockStorage(executor),
       schedules: makeScheduleStorage(executor),
