@@ -5,6 +5,7 @@ import { durationMillis, instantAfter, maxRenewalMillis, optionalDurationMillis 
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { validateText } from "./options.js"
+import { patienceCapMillis, releasePatienceMillis } from "./patience.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -145,6 +146,17 @@ export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) => {
   )
 }
 
+/**
+ * Gives a `withLock`'s lock back as it ends: best effort (a failure leaves it
+ * to lapse with its lease), and a busy SQLite file is waited out for at most
+ * `releasePatienceMillis` — a stop, the store's close included, waits on it.
+ */
+const letGo = (name: string, handle: L.LockHandle) =>
+  handle.release.pipe(
+    Effect.catchAll((error) => Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error)),
+    Effect.locally(patienceCapMillis, releasePatienceMillis)
+  )
+
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
   const storage = engine.locks
@@ -164,30 +176,26 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       yield* validateName(name)
       const ttlMillis = yield* ttlFromNow(ttl)
       const owner = `${defaultOwner}:withLock:${++calls}`
-      return yield* Effect.acquireUseRelease(
-        Effect.flatMap(
-          acquireLock(storage, name, owner, ttlMillis),
-          Option.match({
-            onNone: () => Effect.fail(new LockUnavailable({ name })),
-            onSome: Effect.succeed
-          })
-        ),
-        (handle) =>
-          Effect.raceFirst(
-            // An effect that ends past the lease's deadline before `lapse` ran (a late timer, a busy event
-            // loop) did not hold the lock throughout: LockLost, never a Success. (Its own failure stands.)
-            Effect.tap(effect, () =>
-              Effect.flatMap(stillHeld(handle, ttlMillis), (held) =>
-                held ? Effect.void : Effect.fail(new LockLost({ name })))),
-            keepRenewed(handle, ttlMillis)
-          ),
-        (handle) =>
-          handle.release.pipe(
-            Effect.catchAll((error) =>
-              Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error)
-            )
-          )
+      // The acquire stays interruptible (as `acquire`'s, and the scheduler's lease): one waiting on a
+      // busy file or on a row another transaction holds has written nothing, and a stop must not wait
+      // for that transaction. The release is in place before the acquire starts, so a lock once handed
+      // over is always given back; only one taken in the steps between its write and its handle (or by
+      // a PostgreSQL statement cut short) is left to lapse with its TTL, as after `acquire`.
+      let taken: L.LockHandle | undefined
+      const acquired = Effect.flatMap(
+        acquireLock(storage, name, owner, ttlMillis),
+        Option.match({ onNone: () => Effect.fail(new LockUnavailable({ name })), onSome: Effect.succeed })
       )
+      return yield* Effect.flatMap(acquired, (handle) => {
+        taken = handle
+        return Effect.raceFirst(
+          // An effect that ends past the lease's deadline before `lapse` ran (a late timer, a busy event
+          // loop) did not hold the lock throughout: LockLost, never a Success. (Its own failure stands.)
+          Effect.tap(effect, () =>
+            Effect.flatMap(stillHeld(handle, ttlMillis), (held) => held ? Effect.void : Effect.fail(new LockLost({ name })))),
+          keepRenewed(handle, ttlMillis)
+        )
+      }).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(name, taken)))))
     }).pipe((effect) => traced("alkstore.lock.with_lock", () => ({ [attr.lock]: name }), effect))
 
   // A body still running when the store closes is stopped then, and its lock released (lifetime.ts).

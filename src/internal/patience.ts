@@ -12,6 +12,13 @@ import { Effect, FiberRef } from "effect"
 export const patienceCapMillis: FiberRef.FiberRef<number> = FiberRef.unsafeMake(Number.POSITIVE_INFINITY)
 
 /**
+ * How long (real time) the release of a lease by a stopping holder (the
+ * scheduler's runner, `withLock`) waits out a busy SQLite file before leaving
+ * the lease to lapse with its ttl: a release is best effort, a stop is not.
+ */
+export const releasePatienceMillis = 1_000
+
+/**
  * Whether the fiber's waits on a busy database end at once on interruption
  * even inside an uninterruptible region. Set around a claim (`takeUpTo`):
  * a take or a worker runs its claim uninterruptibly, so that a claim whose

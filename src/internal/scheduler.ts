@@ -8,7 +8,7 @@ import { instantAfter, optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
 import { queueDefaults, safeInteger, validateText } from "./options.js"
-import { patienceCapMillis } from "./patience.js"
+import { patienceCapMillis, releasePatienceMillis } from "./patience.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queues.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
@@ -101,12 +101,6 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
       span.attribute("alkstore.fired", fires)
     }
   })
-
-/**
- * How long (real time) the lease release of a stopping runner waits out a
- * busy SQLite file before leaving the lease to lapse with its ttl.
- */
-const releasePatienceMillis = 1_000
 
 /** Counts a leadership change of this process's runner: `acquired`, `released` or `lost`. */
 const leadershipChange = (change: "acquired" | "released" | "lost") => Effect.sync(() => countLeadership(change))

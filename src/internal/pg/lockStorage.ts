@@ -15,14 +15,25 @@ const statements = (s: string, n: Notifier) => {
   return {
     // Free (lapsed) or re-entrant for the same owner; a new tenure bumps the token. Re-entry
     // shares the tenure's lease, so it only ever extends it (never moves expires_at earlier).
-    acquire: `INSERT INTO ${locks} AS l (name, owner, token, expires_at) VALUES ($1, $2, 1, $3::bigint)
-      ON CONFLICT (name) DO UPDATE SET
-        token = CASE WHEN l.owner = excluded.owner AND l.expires_at > $4::bigint THEN l.token ELSE l.token + 1 END,
-        expires_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > $4::bigint
-          THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-        owner = excluded.owner
-      WHERE l.expires_at <= $4::bigint OR l.owner = excluded.owner
-      RETURNING token, expires_at`,
+    // An UPDATE locks only the rows its WHERE admits, so a refused acquire locks nothing: as
+    // INSERT … ON CONFLICT DO UPDATE … WHERE, it locked the holder's row even when refused, and an
+    // acquire refused inside an open transaction held off the holder's renewals and release.
+    // A name without a row yet is inserted (the race for it: one inserts, the other is refused).
+    acquire: `WITH taken AS (
+        UPDATE ${locks} AS l SET
+          token = CASE WHEN l.owner = $2 AND l.expires_at > $4::bigint THEN l.token ELSE l.token + 1 END,
+          expires_at = CASE WHEN l.owner = $2 AND l.expires_at > $4::bigint
+            THEN greatest(l.expires_at, $3::bigint) ELSE $3::bigint END,
+          owner = $2
+        WHERE l.name = $1 AND (l.expires_at <= $4::bigint OR l.owner = $2)
+        RETURNING token, expires_at
+      ), first AS (
+        INSERT INTO ${locks} (name, owner, token, expires_at)
+        SELECT $1, $2, 1, $3::bigint WHERE NOT EXISTS (SELECT 1 FROM ${locks} WHERE name = $1)
+        ON CONFLICT (name) DO NOTHING
+        RETURNING token, expires_at
+      )
+      SELECT token, expires_at FROM taken UNION ALL SELECT token, expires_at FROM first`,
     // A renewal extends the tenure's lease, never shortens it (as re-entry).
     renew: `UPDATE ${locks} SET expires_at = greatest(expires_at, $1::bigint)
       WHERE name = $2 AND owner = $3 AND token = $4::bigint AND expires_at > $5::bigint RETURNING 1`,
