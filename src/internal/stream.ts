@@ -2,7 +2,9 @@ import { Channel, Chunk, Effect, Stream } from "effect"
 import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import { type ClaimHandle, jobAttributes } from "./handle.js"
+import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { positiveCount, validateText } from "./options.js"
+import { realClock } from "./realClock.js"
 import { attr, linkOf, tracing } from "./telemetry.js"
 
 /** What a queue's stream is built from (src/internal/queue.ts). */
@@ -59,6 +61,8 @@ export const makeStream = <A>(
     const clock = yield* Effect.clock
     let held: ReadonlyArray<ClaimHandle<A>> = []
     let handed = 0
+    // When this stream last gave the event loop a turn (real time: it is the event loop's).
+    let turnAt = realClock.unsafeCurrentTimeMillis()
     // Traced only: the handles handed on whose span may still be open.
     let spanned: Array<ClaimHandle<A>> = []
     yield* Effect.addFinalizer(() =>
@@ -116,7 +120,14 @@ export const makeStream = <A>(
       unknown
     > =>
       Channel.suspend(() => {
-        if (handed >= held.length) return Channel.flatMap(claimBatch, emit)
+        if (handed >= held.length) {
+          // A drain of claims handed on and acked in place gives the event loop a turn every
+          // `turnEveryMillis`, as a `process` worker does (eventLoop.ts).
+          const now = realClock.unsafeCurrentTimeMillis()
+          if (now - turnAt < turnEveryMillis) return Channel.flatMap(claimBatch, emit)
+          turnAt = now
+          return Channel.zipRight(Channel.fromEffect(eventLoopTurn), Channel.flatMap(claimBatch, emit))
+        }
         const handle = held[handed]!
         if (fresh(handle)) {
           handed++

@@ -4,6 +4,7 @@ import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
 import { maxRenewalMillis } from "./duration.js"
+import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { maxProcessConcurrency, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
@@ -16,22 +17,6 @@ const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
 const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
   Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
-
-/**
- * How long a worker may run jobs back to back without the event loop getting
- * a turn. A drain whose every step runs in place (SQLite's fused ack + claim,
- * a handler that does not wait) never reaches a real asynchronous boundary,
- * and Effect's own yields did not let the loop's timers run: 100 000 jobs
- * held timers and I/O for 3.0-3.6 s (measured), so the host's heartbeats,
- * lock renewals and leader lease missed their beats.
- */
-const turnEveryMillis = 10
-
-/** One macrotask hop: timers and I/O due meanwhile run before the worker goes on. */
-const eventLoopTurn = Effect.async<void>((resume) => {
-  const pending = setImmediate(() => resume(Effect.void))
-  return Effect.sync(() => clearImmediate(pending))
-})
 
 /** What a queue's worker is built from (src/internal/queue.ts). */
 export interface WorkerParts<A> {
