@@ -252,6 +252,14 @@ export interface LockStorage {
   readonly holds: (name: string, owner: string, token: number, now: number) => Effect.Effect<boolean, SqlError>
   /** Whether anybody holds `name` at `now`: a read, so a standby can watch a lease without writing. */
   readonly held: (name: string, now: number) => Effect.Effect<boolean, SqlError>
+  /**
+   * Ends `owner`'s tenure of `name`, whatever its token: for an owner used by
+   * one acquire alone (a `withLock`'s) whose answer an interruption may have
+   * cut off after its statement committed. Present where that can happen
+   * (PostgreSQL: the answer travels the network); elsewhere an acquire and its
+   * answer are one synchronous call.
+   */
+  readonly releaseOwner?: (name: string, owner: string, now: number) => Effect.Effect<boolean, SqlError>
 }
 
 /** A registered schedule as storage keeps it. */

@@ -157,6 +157,25 @@ const letGo = (name: string, handle: L.LockHandle) =>
     Effect.locally(patienceCapMillis, releasePatienceMillis)
   )
 
+/**
+ * `acquiring`, and, where its answer can be cut off after its statement
+ * committed (`releaseOwner`: PostgreSQL), an interruption that ends it gives
+ * back whatever `owner` — used by this one acquire alone — may hold by now.
+ * So a `withLock` stopped while its acquire's answer is on the wire leaves
+ * no lock behind, and one stopped while its acquire waits on a row another
+ * transaction holds stops at once (the statement is cancelled, and the
+ * release, matching no tenure of this owner, waits on nothing).
+ */
+const cutOffGivenBack = <A, E, R>(storage: LockStorage, name: string, owner: string, acquiring: Effect.Effect<A, E, R>) => {
+  const releaseOwner = storage.releaseOwner
+  if (releaseOwner === undefined) return acquiring
+  return Effect.onInterrupt(acquiring, () =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => releaseOwner(name, owner, now)).pipe(
+      Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
+      Effect.locally(patienceCapMillis, releasePatienceMillis)
+    ))
+}
+
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
   const storage = engine.locks
@@ -183,7 +202,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       // a PostgreSQL statement cut short) is left to lapse with its TTL, as after `acquire`.
       let taken: L.LockHandle | undefined
       const acquired = Effect.flatMap(
-        acquireLock(storage, name, owner, ttlMillis),
+        cutOffGivenBack(storage, name, owner, acquireLock(storage, name, owner, ttlMillis)),
         Option.match({ onNone: () => Effect.fail(new LockUnavailable({ name })), onSome: Effect.succeed })
       )
       return yield* Effect.flatMap(acquired, (handle) => {

@@ -55,29 +55,33 @@ export const whileFailing = <A, E, R>(table: string, event: Event, effect: Effec
 }
 
 /**
- * Counts attempted inserts into `table` whose `column` equals `value` (an
- * upsert counts whether or not it then conflicts): the effect returned reads
- * the count so far. On SQLite the counter and its trigger are TEMP: they see
- * the statements of the application's connection only (the store's own), and
- * counting writes nothing to the database file, so it wakes no watcher.
+ * Counts the lock acquires of `name` (each attempt, taken or refused): the
+ * effect returned reads the count so far. On SQLite an acquire is an upsert,
+ * counted by a trigger before each insert of the name whether or not it then
+ * conflicts; the counter and its trigger are TEMP: they see the statements of
+ * the application's connection only (the store's own), and counting writes
+ * nothing to the database file, so it wakes no watcher. On PostgreSQL a
+ * refused acquire writes no row at all (src/internal/pg/lockStorage.ts), so a
+ * trigger per statement counts the acquire's statement by its text (every
+ * connection's: the only lock these tests take is the one counted).
  */
-export const countInserts = (table: string, column: string, value: string) =>
+export const countLockAcquires = (name: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const counter = `test_count_${table}`
+    const counter = "test_count_lock_acquires"
     yield* dialectSql({
       sqlite: [
         `CREATE TEMP TABLE ${counter} (n INTEGER NOT NULL)`,
         `INSERT INTO ${counter} (n) VALUES (0)`,
-        `CREATE TEMP TRIGGER ${counter} BEFORE INSERT ON ${table} WHEN NEW.${column} = '${value}'
+        `CREATE TEMP TRIGGER ${counter} BEFORE INSERT ON __alkstore_locks WHEN NEW.name = '${name}'
           BEGIN UPDATE ${counter} SET n = n + 1; END`
       ],
       pg: [
         `CREATE TABLE ${counter} (n INTEGER NOT NULL)`,
         `INSERT INTO ${counter} (n) VALUES (0)`,
         `CREATE FUNCTION ${counter}() RETURNS trigger LANGUAGE plpgsql AS $$
-          BEGIN IF NEW.${column} = '${value}' THEN UPDATE ${counter} SET n = n + 1; END IF; RETURN NEW; END $$`,
-        `CREATE TRIGGER ${counter} BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION ${counter}()`
+          BEGIN IF current_query() LIKE '%WITH taken AS%' THEN UPDATE ${counter} SET n = n + 1; END IF; RETURN NULL; END $$`,
+        `CREATE TRIGGER ${counter} BEFORE UPDATE ON __alkstore_locks FOR EACH STATEMENT EXECUTE FUNCTION ${counter}()`
       ]
     })
     return Effect.map(sql.unsafe<{ n: number }>(`SELECT n FROM ${counter}`), (rows) => Number(rows[0]!.n))

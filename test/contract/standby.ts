@@ -10,7 +10,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Clock, Effect, Exit, Fiber, Layer, Option, TestClock } from "effect"
 import { Queues, Scheduler } from "../../src/index.js"
-import { countInserts, whileFailing } from "./faults.js"
+import { countLockAcquires, whileFailing } from "./faults.js"
 import { type EngineUnderTest, freshFile } from "./harness.js"
 import { advance } from "./support.js"
 import { firedAt, leaderLease } from "./scheduler.js"
@@ -39,7 +39,6 @@ const eventually = <E, R>(what: string, probe: Effect.Effect<boolean, E, R>) =>
 const liveLeader = (now: number) =>
   Effect.map(leaderLease, (row) => Option.filter(row, (r) => Number(r.expires_at) > now))
 
-const schedulerLock = ["__alkstore_locks", "name", "__alkstore_scheduler"] as const
 
 export const standbyContract = (engine: EngineUnderTest) =>
   describe(`scheduler standby — ${engine.name}`, () => {
@@ -53,7 +52,7 @@ export const standbyContract = (engine: EngineUnderTest) =>
         yield* settle
         const theirs = Option.getOrThrow(yield* leaderLease)
 
-        const attempts = yield* countInserts(...schedulerLock)
+        const attempts = yield* countLockAcquires("__alkstore_scheduler")
         const standby = yield* Effect.fork(Effect.flatMap(Scheduler.Scheduler, (s) => s.runAsStandby))
         yield* settle
         expect(yield* attempts).toBe(1) // its first try, refused

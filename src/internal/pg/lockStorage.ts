@@ -40,6 +40,9 @@ const statements = (s: string, n: Notifier) => {
     release: `WITH w AS (UPDATE ${locks} SET expires_at = 0
         WHERE name = $1 AND owner = $2 AND token = $3::bigint AND expires_at > $4::bigint RETURNING name AS topic)
       SELECT ${n.tail(5)} FROM w`,
+    releaseOwner: `WITH w AS (UPDATE ${locks} SET expires_at = 0
+        WHERE name = $1 AND owner = $2 AND expires_at > $3::bigint RETURNING name AS topic)
+      SELECT ${n.tail(4)} FROM w`,
     // The scheduler's fence: FOR SHARE holds off a takeover until the tick that checked it commits.
     // Whether anybody holds the lock: a read, so a standby watches a lease without writing.
     held: `SELECT 1 FROM ${locks} WHERE name = $1 AND expires_at > $2::bigint`,
@@ -59,6 +62,8 @@ export const makeLockStorage = (db: PgExecutor, schema: string, notifier: Notifi
     release: (name, owner, token, now) =>
       Effect.map(db.all(sql.release, [name, owner, token, now, ...notifier.params]), (rows) => rows.length > 0),
     held: (name, now) => Effect.map(db.all(sql.held, [name, now]), (rows) => rows.length > 0),
+    releaseOwner: (name, owner, now) =>
+      Effect.map(db.all(sql.releaseOwner, [name, owner, now, ...notifier.params]), (rows) => rows.length > 0),
     holds: (name, owner, token, now) =>
       Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0)
   }
