@@ -198,8 +198,9 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       // The acquire stays interruptible (as `acquire`'s, and the scheduler's lease): one waiting on a
       // busy file or on a row another transaction holds has written nothing, and a stop must not wait
       // for that transaction. The release is in place before the acquire starts, so a lock once handed
-      // over is always given back; only one taken in the steps between its write and its handle (or by
-      // a PostgreSQL statement cut short) is left to lapse with its TTL, as after `acquire`.
+      // over is always given back, and one whose answer an interruption cut off on the wire is given
+      // back by its owner (`cutOffGivenBack`); only one taken in the steps between its write and its
+      // handle is left to lapse with its TTL, as after `acquire`.
       let taken: L.LockHandle | undefined
       const acquired = Effect.flatMap(
         cutOffGivenBack(storage, name, owner, acquireLock(storage, name, owner, ttlMillis)),
