@@ -230,8 +230,12 @@ export const flowStatements = (s: string) => {
     updateLimits: `UPDATE ${limits} SET concurrency = $2::bigint, rate_limit = $3::bigint, rate_per = $4::bigint,
         group_concurrency = $5::bigint, group_rate_limit = $6::bigint, group_rate_per = $7::bigint, updated_at = $8::bigint
       WHERE queue = $1`,
+    // Live jobs numbered per group in enqueue order; dead jobs hold no place (round 0: requeued, a job goes to
+    // the front of its group, as asked).
     numberRounds: `UPDATE ${jobs} AS j SET flow_round = r.n FROM (
-        SELECT id, row_number() OVER (PARTITION BY group_key ORDER BY id) - 1 AS n FROM ${jobs} WHERE queue = $1
+        SELECT id, CASE WHEN state = 'dead' THEN 0
+          ELSE row_number() OVER (PARTITION BY group_key, state = 'dead' ORDER BY id) - 1 END AS n
+        FROM ${jobs} WHERE queue = $1
       ) AS r WHERE j.id = r.id`,
     deleteLimits: `DELETE FROM ${limits} WHERE queue = $1 RETURNING queue`,
     deleteLog: `DELETE FROM ${log} WHERE queue = $1`,

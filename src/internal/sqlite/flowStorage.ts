@@ -115,9 +115,12 @@ const sql = {
     VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)`,
   updateLimits: `UPDATE __alkstore_flow_limits SET concurrency = ?, rate_limit = ?, rate_per = ?, group_concurrency = ?,
       group_rate_limit = ?, group_rate_per = ?, updated_at = ? WHERE queue = ?`,
-  // A queue getting limits numbers its jobs' rounds, per group in enqueue order (so a backlog rotates too).
+  // A queue getting limits numbers its live jobs' rounds, per group in enqueue order (so a backlog rotates
+  // too); dead jobs hold no place (round 0: a requeued one goes to the front of its group, as asked).
   numberRounds: `UPDATE __alkstore_jobs SET flow_round = r.n FROM (
-      SELECT id, row_number() OVER (PARTITION BY group_key ORDER BY id) - 1 AS n FROM __alkstore_jobs WHERE queue = ?
+      SELECT id, CASE WHEN state = 'dead' THEN 0
+        ELSE row_number() OVER (PARTITION BY group_key, state = 'dead' ORDER BY id) - 1 END AS n
+      FROM __alkstore_jobs WHERE queue = ?
     ) AS r WHERE __alkstore_jobs.id = r.id`,
   deleteLimits: `DELETE FROM __alkstore_flow_limits WHERE queue = ?`,
   deleteLog: `DELETE FROM __alkstore_flow_log WHERE queue = ?`,
