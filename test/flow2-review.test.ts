@@ -1,6 +1,6 @@
 /**
- * Review of flow control (CONTRACT §9, docs/flow-control.md) on every engine under TestClock: tests that fail on
- * the current code, one per defect.
+ * Review of flow control (CONTRACT §9, docs/flow-control.md) on every engine under TestClock: one test per
+ * defect, each failing on the code before its fix.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
