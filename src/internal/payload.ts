@@ -168,7 +168,7 @@ const describeProblem = (
  * of it, but a Schema's own walk, or an enqueue from a deep stack, may still
  * meet it), or a throwing getter. Never a defect: the payload is the caller's.
  */
-const thrownProblem = (cause: unknown, doing: string) =>
+export const thrownProblem = (cause: unknown, doing: string) =>
   new InvalidPayload({
     reason: cause instanceof RangeError
       ? `payload is nested too deeply to ${doing} (${cause.message})`
@@ -213,9 +213,40 @@ const parseStored = (stored: string): unknown | InvalidPayload => {
 
 export const jsonCodec: PayloadCodec<unknown> = { encode: checkJson, decode: parseStored }
 
+/**
+ * `value` without the object properties that are `undefined` (plain objects
+ * and arrays walked; anything else, an `Option` or a `Date`, kept as it is):
+ * what JSON keeps of a typed payload's optional properties.
+ */
+const withoutUndefinedProperties = (value: unknown): unknown => {
+  if (Array.isArray(value)) return value.map(withoutUndefinedProperties)
+  if (typeof value !== "object" || value === null) return value
+  const proto = Object.getPrototypeOf(value)
+  if (proto !== Object.prototype && proto !== null) return value
+  const kept: Record<string, unknown> = {}
+  for (const [key, property] of Object.entries(value)) {
+    if (property !== undefined) kept[key] = withoutUndefinedProperties(property)
+  }
+  return kept
+}
+
 export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> => {
   const encodeSchema = Schema.encodeEither(schema)
   const decodeSchema = Schema.decodeUnknownEither(schema)
+  const equivalent = Schema.equivalence(schema)
+  // Whether a claim decoding the stored form gets the payload back: a property that was `undefined` may be
+  // absent (`Schema.optional`), but not turned into a default (the decoded payload encodes to more than was
+  // stored) nor an `Option.some(undefined)` read back as none (equal JSON, unequal values; a Struct's
+  // equivalence alone passes over a property one side lacks).
+  const readsBack = (payload: A, decoded: A, stored: string) => {
+    try {
+      const again = encodeSchema(decoded)
+      return Either.isRight(again) && JSON.stringify(again.right) === stored &&
+        equivalent(withoutUndefinedProperties(payload) as A, withoutUndefinedProperties(decoded) as A)
+    } catch {
+      return false
+    }
+  }
   const schemaFailure = (error: ParseResult.ParseError) =>
     new InvalidPayload({ reason: ParseResult.TreeFormatter.formatErrorSync(error) })
   const encode = (payload: A): string | InvalidPayload => {
@@ -225,18 +256,23 @@ export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCo
     if (typeof strict === "string") return strict
     // An encoded object property that is `undefined` (say `Schema.optional`'s
     // `{ cc: undefined }`) is dropped by JSON; that is faithful when the
-    // schema decodes the stored form, which is checked here so a claim never
-    // meets a row its own queue wrote and cannot read.
+    // schema decodes the stored form to the payload enqueued (no default put
+    // in, no `Option.some(undefined)` read back as none), which is checked
+    // here so a claim never meets a row its own queue wrote and cannot read,
+    // nor one that reads as another payload.
     if (jsonProblem(encoded.right, { dropUndefinedProperties: true }) !== undefined) return strict
     const stored = JSON.stringify(encoded.right)
     const decoded = decodeSchema(JSON.parse(stored))
-    return Either.isLeft(decoded)
-      ? new InvalidPayload({
+    if (Either.isLeft(decoded)) {
+      return new InvalidPayload({
         reason: `${strict.reason}, and the schema cannot decode it without: ${
           ParseResult.TreeFormatter.formatErrorSync(decoded.left)
         }`
       })
-      : stored
+    }
+    return readsBack(payload, decoded.right, stored)
+      ? stored
+      : new InvalidPayload({ reason: `${strict.reason}, and without it the schema decodes another payload` })
   }
   const decode = (stored: string): A | InvalidPayload => {
     const json = parseStored(stored)

@@ -15,7 +15,7 @@ import {
 } from "./options.js"
 import { type ClaimHandle, makeHandles } from "./handle.js"
 import { attr, inSpan, queueMetrics, traced, traceparentOf, tracing } from "./telemetry.js"
-import type { PayloadCodec } from "./payload.js"
+import { type PayloadCodec, thrownProblem } from "./payload.js"
 import type { Quiet, WakeReason } from "./wake.js"
 import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
@@ -276,10 +276,15 @@ export const makeQueue = <A>(
     if (isInvalid(resolved)) return Effect.fail(resolved)
     const traceContext = traceparentOf(fiber.currentContext)
     const jobs: Array<NewJob> = []
-    for (const payload of payloads) {
-      const encoded = codec.encode(payload)
-      if (typeof encoded !== "string") return Effect.fail(encoded)
-      jobs.push(newJob(resolved, encoded, at, traceContext))
+    try {
+      for (const payload of payloads) {
+        const encoded = codec.encode(payload)
+        if (typeof encoded !== "string") return Effect.fail(encoded)
+        jobs.push(newJob(resolved, encoded, at, traceContext))
+      }
+    } catch (cause) {
+      // The caller's iterable threw (the codec itself never does): the payloads' problem, not a defect.
+      return Effect.fail(thrownProblem(cause, "read"))
     }
     // One key names one live job: a shared key would silently collapse the batch into its first payload.
     if (resolved.key !== undefined && jobs.length > 1) {
