@@ -233,7 +233,8 @@ const withoutUndefinedProperties = (value: unknown): unknown => {
 export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> => {
   const encodeSchema = Schema.encodeEither(schema)
   const decodeSchema = Schema.decodeUnknownEither(schema)
-  const equivalent = Schema.equivalence(schema)
+  // Built on first use (the rare path below), inside its try: a Schema may have no equivalence to build.
+  let equivalent: ((a: A, b: A) => boolean) | undefined
   // Whether a claim decoding the stored form gets the payload back: a property that was `undefined` may be
   // absent (`Schema.optional`), but not turned into a default (the decoded payload encodes to more than was
   // stored) nor an `Option.some(undefined)` read back as none (equal JSON, unequal values; a Struct's
@@ -241,8 +242,9 @@ export const schemaCodec = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCo
   const readsBack = (payload: A, decoded: A, stored: string) => {
     try {
       const again = encodeSchema(decoded)
-      return Either.isRight(again) && JSON.stringify(again.right) === stored &&
-        equivalent(withoutUndefinedProperties(payload) as A, withoutUndefinedProperties(decoded) as A)
+      if (Either.isLeft(again) || JSON.stringify(again.right) !== stored) return false
+      equivalent ??= Schema.equivalence(schema)
+      return equivalent(withoutUndefinedProperties(payload) as A, withoutUndefinedProperties(decoded) as A)
     } catch {
       return false
     }
