@@ -1,8 +1,8 @@
 /**
  * Review of reading and repairing a store (CONTRACT §3 "Inspection and repair", docs/operations.md "The
  * `Admin` service", docs/queues-and-locks.md): queue inspection, maintenance and the operator's view.
- * Every test here fails on the code it was written against; each names the promise it checks, and runs on
- * the engines where it fails (the others keep the promise).
+ * Every test here failed on the code before its fix; each names the promise it checks, and runs on the
+ * engines where it failed (the others kept the promise).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
