@@ -6,9 +6,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option } from "effect"
 import { Queues } from "../src/index.js"
 import { engines, freshFile } from "./contract/harness.js"
-import { advance, claimsNothing, mustClaim, queueOf, settle, type StoreServices } from "./contract/support.js"
+import { advance, claimsNothing, mustClaim, queueOf, setLimits, settle, type StoreServices } from "./contract/support.js"
 
-const setLimits = (name: string, limits: Queues.Limits) => Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
 
 for (const engine of engines) {
   describe(`flow control, edge cases — ${engine.name}`, () => {

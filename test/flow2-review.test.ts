@@ -3,24 +3,10 @@
  * defect, each failing on the code before its fix.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
-import { Queues } from "../src/index.js"
+import { Effect } from "effect"
 import { engines } from "./contract/harness.js"
-import { mustClaim, queueOf, type StoreServices } from "./contract/support.js"
+import { drainPayloads, mustClaim, queueOf, setLimits, type StoreServices } from "./contract/support.js"
 
-const setLimits = (name: string, limits: Queues.Limits) => Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
-
-const drain = <A>(queue: Queues.Queue<A>, max: number) =>
-  Effect.gen(function*() {
-    const got: Array<A> = []
-    for (let i = 0; i < max; i++) {
-      const handle = yield* queue.claim("drain")
-      if (Option.isNone(handle)) break
-      got.push(handle.value.job.payload)
-      yield* handle.value.ack
-    }
-    return got
-  })
 
 for (const engine of engines) {
   describe(`flow control review 2 — ${engine.name}`, () => {
@@ -43,7 +29,7 @@ for (const engine of engines) {
         yield* q.enqueue("a1", { group: "a" })
         yield* q.enqueueBatch(["b1", "b2", "b3"], { group: "b" })
         yield* setLimits("dn", {})
-        const order = yield* drain(q, 10)
+        const order = yield* drainPayloads(q, 10)
         expect(order.slice(0, 2)).toContain("a1")
       })))
   })

@@ -7,7 +7,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import Sqlite from "better-sqlite3"
-import { Deferred, Effect, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
+import { type Context, Deferred, type Duration, Effect, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
 import { Locks } from "../src/index.js"
 import { type EngineUnderTest, freshFile, pgOwned, sqliteOwned } from "./contract/harness.js"
 import { advance, eventually } from "./contract/support.js"
@@ -53,23 +53,36 @@ const holdUp = (engine: EngineUnderTest, filename: string, name: string) =>
       })
     }
     const b = yield* open(engine.store({ filename }))
-    const took = yield* Deferred.make<boolean>()
-    const end = yield* Deferred.make<void>()
+    const { end, got } = yield* acquireInOpenTransaction(b.context, name, "app-tx", "1 minute")
+    expect(Option.isSome(got)).toBe(true)
+    return Effect.zipRight(end, b.close)
+  })
+
+/**
+ * Acquires `name` inside an application transaction of the store `context`
+ * provides, which stays open until `end` runs (then it ends: the acquire's
+ * writes, if any, rolled back). Answers the acquire's result and `end`.
+ */
+const acquireInOpenTransaction = <R>(
+  context: Context.Context<R>,
+  name: string,
+  owner: string,
+  ttl: Duration.DurationInput
+) =>
+  Effect.gen(function*() {
+    const answered = yield* Deferred.make<Option.Option<Locks.LockHandle>>()
+    const ending = yield* Deferred.make<void>()
     const tx = yield* Effect.fork(Effect.provide(
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const locks = yield* Locks.Locks
-        yield* sql.withTransaction(Effect.gen(function*() {
-          const held = yield* locks.acquire(name, { ttl: "1 minute", owner: "app-tx" })
-          yield* Deferred.succeed(took, Option.isSome(held))
-          yield* Deferred.await(end)
+      Effect.flatMap(Effect.zip(SqlClient.SqlClient, Locks.Locks), ([sql, locks]) =>
+        sql.withTransaction(Effect.gen(function*() {
+          yield* Deferred.succeed(answered, yield* locks.acquire(name, { ttl, owner }))
+          yield* Deferred.await(ending)
           return yield* Effect.fail("rolled back" as const)
-        }))
-      }),
-      b.context
+        }))),
+      context as Context.Context<SqlClient.SqlClient | Locks.Locks>
     ))
-    expect(yield* Deferred.await(took)).toBe(true)
-    return Deferred.succeed(end, undefined).pipe(Effect.zipRight(Fiber.await(tx)), Effect.zipRight(b.close))
+    const got = yield* Deferred.await(answered)
+    return { got, end: Effect.asVoid(Effect.zipRight(Deferred.succeed(ending, undefined), Fiber.await(tx))) }
   })
 
 describe("locks review: stopping withLock", () => {
@@ -146,28 +159,14 @@ describe("locks review: a refused acquire inside an open transaction (PostgreSQL
       ).pipe(Effect.exit))
       yield* Deferred.await(started)
       // another process tries the lock inside its own transaction, is refused, and goes on with its work
-      const refused = yield* Deferred.make<boolean>()
-      const end = yield* Deferred.make<void>()
-      const tx = yield* Effect.fork(Effect.provide(
-        Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
-          const locks = yield* Locks.Locks
-          yield* sql.withTransaction(Effect.gen(function*() {
-            const got = yield* locks.acquire("report", { ttl: "30 seconds", owner: "other" })
-            yield* Deferred.succeed(refused, Option.isNone(got))
-            yield* Deferred.await(end)
-          }))
-        }),
-        b
-      ))
-      expect(yield* Deferred.await(refused)).toBe(true)
+      const { end: endTx, got } = yield* acquireInOpenTransaction(b, "report", "other", "30 seconds")
+      expect(Option.isNone(got)).toBe(true)
       const expiresAt = Effect.provide(
         Effect.flatMap(SqlClient.SqlClient, (sql) =>
           Effect.map(sql<{ expires_at: number }>`SELECT expires_at FROM __alkstore_locks WHERE name = 'report'`, (rows) =>
             Number(rows[0]!.expires_at))),
         a
       )
-      const endTx = Deferred.succeed(end, undefined).pipe(Effect.zipRight(Fiber.await(tx)))
       yield* Effect.gen(function*() {
         // the renewal due at 10 s lands: the holder's lease now ends at 40 s
         yield* TestClock.adjust("10 seconds")

@@ -11,22 +11,8 @@ import { Duration, Effect, Fiber, Option } from "effect"
 import { Outbox, Queues, Scheduler } from "../../src/index.js"
 import Sqlite from "better-sqlite3"
 import { type EngineUnderTest, freshFile } from "./harness.js"
-import { advance, claimsNothing, mustClaim, queueOf, settle, type StoreServices } from "./support.js"
+import { advance, claimsNothing, drainPayloads, mustClaim, queueOf, setLimits, settle, type StoreServices } from "./support.js"
 
-const setLimits = (name: string, limits: Queues.Limits) => Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
-
-/** Claims until nothing is claimable (at most `max`); the payloads in claim order. */
-const drainPayloads = <A>(queue: Queues.Queue<A>, max: number) =>
-  Effect.gen(function*() {
-    const got: Array<A> = []
-    for (let i = 0; i < max; i++) {
-      const handle = yield* queue.claim("drain")
-      if (Option.isNone(handle)) break
-      got.push(handle.value.job.payload)
-      yield* handle.value.ack
-    }
-    return got
-  })
 
 export const flowContract = (engine: EngineUnderTest) =>
   describe(`flow control — ${engine.name}`, () => {

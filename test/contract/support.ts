@@ -53,6 +53,22 @@ export const optionalMs = (instant: Option.Option<DateTime.DateTime>) =>
 
 export const durationMs = (duration: Duration.Duration) => Duration.toMillis(duration)
 
+/** Sets a queue's flow-control limits (CONTRACT §9). */
+export const setLimits = (name: string, limits: Queues.Limits) => Effect.flatMap(Queues.Queues, (q) => q.setLimits(name, limits))
+
+/** Claims until nothing is claimable (at most `max`), acking each; the payloads in claim order. */
+export const drainPayloads = <A>(queue: Queues.Queue<A>, max: number) =>
+  Effect.gen(function*() {
+    const got: Array<A> = []
+    for (let i = 0; i < max; i++) {
+      const handle = yield* queue.claim("drain")
+      if (Option.isNone(handle)) break
+      got.push(handle.value.job.payload)
+      yield* handle.value.ack
+    }
+    return got
+  })
+
 /** A queue handle of the service. */
 export const queueOf = (name: string, opts?: Queues.QueueOpts) =>
   Effect.flatMap(Queues.Queues, (queues) => queues.queue(name, opts))
