@@ -213,11 +213,11 @@ export interface FlowStorage {
   readonly ackFreeing?: (fence: Fence, queue: string) => Effect.Effect<boolean, SqlError>
   /**
    * `freed` for a queue this process has not seen limited (an operator's
-   * cancel, a retry of a job claimed before the limits were set): told only
-   * when the queue has limits, decided by the statement. Absent where `freed`
-   * costs nothing (SQLite).
+   * cancel, a death of a job claimed before the limits were set): told only
+   * when the queue has limits, decided by the statement (PostgreSQL; nothing
+   * on SQLite, as `freed`).
    */
-  readonly freedIfLimited?: (queue: string) => Effect.Effect<void, SqlError>
+  readonly freedIfLimited: (queue: string) => Effect.Effect<void, SqlError>
   readonly memory: FlowMemory
 }
 

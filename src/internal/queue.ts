@@ -74,20 +74,20 @@ export const makeQueue = <A>(
   }
 
   const flow = engine.flow
+  // Waiters here and in other processes read again (on commit; other processes by NOTIFY where the engine needs it).
+  const tellWaiters = Effect.suspend(() => Effect.zipRight(signal(1), flow.freed(name)))
   // A slot of a limited queue freed by an ack: wake a waiter here, and other processes.
-  const ackFreed = Effect.suspend(() => (flow.memory.known(name) ? Effect.zipRight(signal(1), flow.freed(name)) : Effect.void))
+  const ackFreed = Effect.suspend(() => (flow.memory.known(name) ? tellWaiters : Effect.void))
   // Freed by a death or a cancel (rarer than acks, and an operator's cancel comes from a process that may never
   // have claimed here): where this process has not seen the queue limited, no waiter here is held back by its
   // limits, but one elsewhere may be — told by a statement that tells only if the queue has limits (PostgreSQL).
-  const freed = Effect.suspend(() =>
-    flow.memory.known(name) || flow.freedIfLimited === undefined ? ackFreed : flow.freedIfLimited(name)
-  )
+  const freed = Effect.suspend(() => (flow.memory.known(name) ? tellWaiters : flow.freedIfLimited(name)))
   // A limited queue's ack tells other processes in its own statement where the engine can (PostgreSQL).
   const ackOf = (fence: Fence) =>
     flow.ackFreeing !== undefined && flow.memory.known(name)
       ? Effect.tap(flow.ackFreeing(fence, name), (done) => (done ? signal(1) : Effect.void))
       : Effect.tap(storage.ack(fence), (done) => (done ? ackFreed : Effect.void))
-  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed, ackOf, Effect.zipRight(signal(1), flow.freed(name)))
+  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed, ackOf, tellWaiters)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {

@@ -65,10 +65,7 @@ export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.Maintenance
  */
 const expiriesFreed = (engine: EngineShape, queues: ReadonlyArray<{ readonly queue: string }>) =>
   Effect.forEach(queues, ({ queue }) =>
-    Effect.zipRight(
-      signalOnCommit(engine, queue, 1),
-      engine.flow.freedIfLimited === undefined ? engine.flow.freed(queue) : engine.flow.freedIfLimited(queue)
-    ), { discard: true })
+    Effect.zipRight(signalOnCommit(engine, queue, 1), engine.flow.freedIfLimited(queue)), { discard: true })
 
 /**
  * Refreshes every queue's depth and oldest-pending-age gauges from one read

@@ -398,7 +398,8 @@ export const makeFlowStorage = (db: Executor, memory: FlowMemory): FlowStorage =
       }),
     claimablePending: (queue, now) =>
       Effect.map(readWalk(queue, now, "count"), (outcome) => (outcome.limited ? outcome.takenPending : undefined)),
-    freed: () => Effect.void
+    freed: () => Effect.void,
+    freedIfLimited: () => Effect.void
   }
 }
 
