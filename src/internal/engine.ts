@@ -172,6 +172,13 @@ export interface QueueStorage {
    */
   readonly claimsCanBeCutOff: boolean
   /**
+   * Whether a claim's statement can wait on the server for as long as
+   * another session holds a lock it needs, or the pool has no connection
+   * free (PostgreSQL). A caller's interruption then ends its wait for the
+   * claim, not the claim (src/internal/stoppableClaim.ts).
+   */
+  readonly claimsWaitOnServer: boolean
+  /**
    * One bounded round: at most `limit` expired jobs swept to dead and at most
    * `limit` dead jobs that died before `purgeDiedBefore` deleted, in one
    * transaction.

@@ -1,5 +1,5 @@
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Effect, Fiber } from "effect"
+import { Cause, Effect, Fiber, type Scope } from "effect"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -14,11 +14,24 @@ import type { WakeHub } from "./wake.js"
  * and a lock held to their TTL. So the store stops them itself, first, while
  * its connection still works, and waits until they gave back what they hold;
  * then it fails every waiter left (a `take`), which nobody would wake again.
+ * Work that is not an effect to supervise (a `stream`, pulled by whoever
+ * consumes it) registers what it must give back with `onClose` instead.
  */
 export interface Lifetime {
   /** Runs `effect` until it ends or the store closes: then it is interrupted, and fails with `storeClosedError`. */
   readonly supervise: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
-  /** Stops the supervised work, waits for its finalizers, fails the waiters. Run before the connection closes. */
+  /** Runs `effect` in a fiber of its own, which the close waits for (never interrupts) before the connection closes. */
+  readonly background: (effect: Effect.Effect<void>) => Effect.Effect<void>
+  /**
+   * Registers `cleanup` for the store's close while `scope` lasts: the close runs it after the supervised work
+   * stopped and the waiters failed, and waits for it. Nothing is registered once the store closed.
+   */
+  readonly onClose: (cleanup: Effect.Effect<void>) => Effect.Effect<void, never, Scope.Scope>
+  /**
+   * Stops the supervised work (every fiber told at once, then each awaited: one stuck handler does not keep
+   * the others running), waits for its finalizers and the background work, fails the waiters, runs the
+   * registered cleanups. Run before the connection closes.
+   */
   readonly close: Effect.Effect<void>
 }
 
@@ -28,6 +41,8 @@ export const storeClosedError = (): SqlError =>
 
 export const makeLifetime = (wake: WakeHub): Lifetime => {
   const running = new Set<Fiber.RuntimeFiber<unknown, unknown>>()
+  const cleanups = new Set<Effect.Effect<void>>()
+  const inBackground = new Set<Fiber.RuntimeFiber<void>>()
   let closed = false
   return {
     // The work runs in a child fiber the close can interrupt alone; the caller's own interruption
@@ -49,9 +64,27 @@ export const makeLifetime = (wake: WakeHub): Lifetime => {
           })
         })
       ),
+    background: (effect) =>
+      Effect.flatMap(Effect.forkDaemon(effect), (fiber) =>
+        Effect.sync(() => {
+          inBackground.add(fiber)
+          fiber.addObserver(() => inBackground.delete(fiber))
+        })),
+    onClose: (cleanup) =>
+      Effect.suspend(() => {
+        if (closed) return Effect.void
+        // Its own value each: one cleanup registered twice (two streams of a queue) runs twice.
+        const registered = Effect.suspend(() => cleanup)
+        cleanups.add(registered)
+        return Effect.addFinalizer(() => Effect.sync(() => cleanups.delete(registered)))
+      }),
     close: Effect.suspend(() => {
       closed = true
-      return Effect.forEach([...running], Fiber.interrupt, { discard: true })
-    }).pipe(Effect.zipRight(Effect.sync(() => wake.fail(storeClosedError()))))
+      return Fiber.interruptAll([...running])
+    }).pipe(
+      Effect.zipRight(Effect.suspend(() => Fiber.awaitAll([...inBackground]))),
+      Effect.zipRight(Effect.sync(() => wake.fail(storeClosedError()))),
+      Effect.zipRight(Effect.suspend(() => Effect.all([...cleanups], { concurrency: "unbounded", discard: true })))
+    )
   }
 }

@@ -23,6 +23,7 @@ import { makeProcess } from "./worker.js"
 import { makeStream } from "./stream.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
 import { busyWaitsInterruptible } from "./patience.js"
+import { stoppableClaim } from "./stoppableClaim.js"
 import {
   ackClaimWithin,
   claimWithin,
@@ -127,8 +128,10 @@ export const makeQueue = <A>(
     restore: Restore,
     options?: TakeOptions<A>
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
-    // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts).
-    const claim = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
+    // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts),
+    // and a wait on the server ends the caller's wait, not the claim (stoppableClaim.ts).
+    const claimOnce = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
+    const claim = storage.claimsWaitOnServer ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded) : claimOnce
     const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
@@ -139,9 +142,10 @@ export const makeQueue = <A>(
             // A claim that just found nothing, with no signal since, is that read.
             let probe: FlowProbe | undefined
             const unchanged = quiet !== undefined && !flow.memory.known(name) && engine.wake.generation(name) === quiet.generation
+            // The reads write nothing: an interruption may end them (`restore`), as it may the wait.
             const look = !unchanged && (flow.memory.known(name)
-              ? (probe = yield* flow.probe(name, at)).claimable || !probe.limited
-              : yield* storage.hasClaimable(name, at))
+              ? (probe = yield* restore(flow.probe(name, at))).claimable || !probe.limited
+              : yield* restore(storage.hasClaimable(name, at)))
             const handles = look ? yield* claim : []
             if (handles.length > 0) {
               ticket.cancel()
@@ -149,11 +153,11 @@ export const makeQueue = <A>(
               return handles
             }
             // Held back by a limit: also wake when its rate window admits the next claim.
-            if (probe === undefined && flow.memory.known(name)) probe = yield* flow.probe(name, at)
+            if (probe === undefined && flow.memory.known(name)) probe = yield* restore(flow.probe(name, at))
             const reopenAt = probe?.reopenAt ?? null
             const deadline = Option.map(
               // Deadlines from the claim's own time: one that fell due since is waited for 0 ms.
-              yield* storage.nextDeadline(name, unchanged ? quiet.at : at),
+              yield* restore(storage.nextDeadline(name, unchanged ? quiet.at : at)),
               (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
             ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const wakeAfter = Option.match(deadline, {
@@ -197,6 +201,9 @@ export const makeQueue = <A>(
    * that write nothing end at an interruption) and an interruption seen after
    * it gives the claims back. Interruptible, the claimed rows were dropped, an
    * attempt spent, until their lease lapsed (dead, unrun, on their last).
+   * Where the statement can wait on the server (PostgreSQL), an interruption
+   * ends the caller's wait at once and the claim is given back once answered
+   * (stoppableClaim.ts).
    * (`FiberRef.getAndSet`/`set` and a look at the fiber's interruptors, not
    * `Effect.locally` and `onInterrupt`: those cost a claim ~10 µs in a fresh
    * process.)
@@ -204,8 +211,10 @@ export const makeQueue = <A>(
   const claimHanded = (workerId: string, n: number) => {
     const claim = claimTraced(workerId, claimUpTo(workerId, n), (handles) => handles)
     if (!storage.claimsCanBeCutOff) return claim
-    return Effect.uninterruptible(Effect.flatMap(FiberRef.getAndSet(busyWaitsInterruptible, true), (before) =>
-      Effect.flatMap(Effect.exit(claim), (claimed) =>
+    return Effect.uninterruptibleMask((restore) => Effect.flatMap(FiberRef.getAndSet(busyWaitsInterruptible, true), (before) =>
+      Effect.flatMap(Effect.exit(
+        storage.claimsWaitOnServer ? stoppableClaim(claim, restore, engine.lifetime.background, releaseUnhanded) : claim
+      ), (claimed) =>
         Effect.zipRight(
           FiberRef.set(busyWaitsInterruptible, before),
           Exit.isFailure(claimed) ? claimed : Effect.descriptorWith((fiber) =>
@@ -400,7 +409,7 @@ export const makeQueue = <A>(
     [takeWithin]: (workerId, restore, claimOne) => takeUnder(workerId, restore, true, claimOne),
     [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
     [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),
-    stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced }),
+    stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced, onStoreClose: engine.lifetime.onClose }),
     // Stopped by the store's close, while its connection still works (lifetime.ts).
     process: (workerId, handler, opts) => engine.lifetime.supervise(process(workerId, handler, opts)),
     ...makeInspection<A>(engine, name, freed)

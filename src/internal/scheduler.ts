@@ -47,12 +47,33 @@ export const schedulesPerTick = 1_000
  * each due schedule (up to `schedulesPerTick`) enqueue one job per elapsed
  * boundary (the oldest 64), stamped with the contract defaults and the
  * schedule's options, and advance it. Returns the soonest next boundary, or
- * `undefined` when the lease is gone.
+ * `undefined` when the lease is gone. Past the fence it holds `fenced`, so the
+ * lease's lapse waits for it (`runSchedules`).
  */
-const tick = (engine: EngineShape, owner: string, token: number) =>
+const tick = (engine: EngineShape, owner: string, token: number, fenced: Effect.Semaphore) =>
   traced("alkstore.scheduler.tick", () => ({ [attr.owner]: owner, [attr.token]: token }), engine.transaction(Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
     if (!(yield* engine.locks.holds(schedulerLockName, owner, token, now))) return undefined
+    return yield* fenced.withPermits(1)(fire(engine, now))
+  })).pipe(Effect.tap((result) =>
+    Effect.sync(() => {
+      if (result !== undefined) {
+        for (const [queue, count] of result.fired) countFires(queue, count)
+      }
+    })
+  )), (result, span) => {
+    if (result === undefined) span.attribute(attr.outcome, "lost")
+    else {
+      let fires = 0
+      for (const count of result.fired.values()) fires += count
+      span.attribute(attr.outcome, fires > 0 ? "fired" : "idle")
+      span.attribute("alkstore.fired", fires)
+    }
+  })
+
+/** A tick's fires, past its fence: each due schedule's boundaries enqueued, the schedule advanced. */
+const fire = (engine: EngineShape, now: number) =>
+  Effect.gen(function*() {
     // The fired jobs link back to this tick's span (when traced), as an enqueue's do to its caller's.
     const traceContext = traceparentOf(yield* Effect.context<never>())
     const fired = new Map<string, number>()
@@ -86,20 +107,6 @@ const tick = (engine: EngineShape, owner: string, token: number) =>
     for (const [queue, count] of fired) yield* signalOnCommit(engine, queue, count)
     // Counted once the tick's transaction is written (a rolled-back tick fired nothing).
     return { now, next: yield* engine.schedules.nextFireAt, fired }
-  })).pipe(Effect.tap((result) =>
-    Effect.sync(() => {
-      if (result !== undefined) {
-        for (const [queue, count] of result.fired) countFires(queue, count)
-      }
-    })
-  )), (result, span) => {
-    if (result === undefined) span.attribute(attr.outcome, "lost")
-    else {
-      let fires = 0
-      for (const count of result.fired.values()) fires += count
-      span.attribute(attr.outcome, fires > 0 ? "fired" : "idle")
-      span.attribute("alkstore.fired", fires)
-    }
   })
 
 /** Counts a leadership change of this process's runner: `acquired`, `released` or `lost`. */
@@ -161,14 +168,14 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * or a change. Each round holds its registrations ticket only while it
    * runs, so a failed tick leaves none behind.
    */
-  const ticking = (owner: string, token: number) =>
+  const ticking = (owner: string, token: number, inTick: Effect.Semaphore) =>
     Effect.gen(function*() {
       let first = true
       const round = engine.wake.withTicket(registrationsTopic, (ticket) =>
         Effect.gen(function*() {
           const peeked = first ? undefined : yield* peek
           first = false
-          const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token)
+          const result = peeked !== undefined && !peeked.due ? peeked : yield* tick(engine, owner, token, inTick)
           if (result === undefined) return yield* new LeadershipLost({ owner })
           const wakeAt = Math.min(
             Option.getOrElse(result.next, () => Infinity),
@@ -192,7 +199,8 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
   )
 
   /** Leads until the lease is found gone or a tick or maintenance fails. */
-  const lead = (owner: string, token: number) => Effect.raceFirst(ticking(owner, token), maintaining)
+  const lead = (owner: string, token: number, inTick: Effect.Semaphore) =>
+    Effect.raceFirst(ticking(owner, token, inTick), maintaining)
 
   /**
    * Gives the lease up when a tenure ends (stopped, or its leadership ended),
@@ -228,20 +236,27 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
       acquireLock(engine.locks, schedulerLockName, owner, settings.leaderTtlMillis),
       Option.match({
         onNone: () => Effect.fail(new LeadershipLost({ owner })),
-        onSome: (lease) => {
+        onSome: (lease) => Effect.gen(function*() {
           taken = lease
-          return leadershipChange("acquired").pipe(
+          // Held by each tick from its fence on. A tick past its fence cannot be overtaken: its transaction
+          // holds the lease row (PostgreSQL's FOR SHARE) or the file's write lock (SQLite) until it ends,
+          // so no other runner takes the lease meanwhile, and its fires are this tenure's. The lease's
+          // lapse therefore ends the tenure once such a tick has fired, not under it: a tick that outlasts
+          // the lease (a slow database) would otherwise roll back at every tenure, for ever — and on
+          // PostgreSQL the renewal itself waits behind that tick's fence.
+          const inTick = yield* Effect.makeSemaphore(1)
+          return yield* leadershipChange("acquired").pipe(
             Effect.zipRight(Effect.raceFirst(
-              lead(owner, lease.token),
+              lead(owner, lease.token, inTick),
               // `keepRenewed` renews every third of what it is given; never less often than
               // three times per lease, so a short `leaderTtl` alone cannot lapse the lease.
               keepRenewed(lease, Math.min(settings.leaderRenewMillis * 3, settings.leaderTtlMillis)).pipe(
-                Effect.catchTag("LockLost", () => Effect.fail(new LeadershipLost({ owner })))
+                Effect.catchTag("LockLost", () => inTick.withPermits(1)(Effect.fail(new LeadershipLost({ owner }))))
               )
             )),
             Effect.tapErrorTag("LeadershipLost", () => leadershipChange("lost"))
           )
-        }
+        })
       })
     ).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(taken)))))
   }).pipe((effect) => traced("alkstore.scheduler.lead", () => ({}), effect)) as S.SchedulerShape["runSchedules"]

@@ -1,8 +1,9 @@
-import { Channel, Chunk, Effect, Stream } from "effect"
+import { Channel, Chunk, Deferred, Effect, Exit, FiberId, type Scope, Stream } from "effect"
 import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import { type ClaimHandle, jobAttributes } from "./handle.js"
 import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
+import { storeClosedError } from "./lifetime.js"
 import { positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
 import { attr, linkOf, tracing } from "./telemetry.js"
@@ -18,6 +19,8 @@ export interface StreamParts<A> {
     n: number,
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
   ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
+  /** Registers what the store's close must run while the stream's scope lasts (`Lifetime.onClose`). */
+  readonly onStoreClose: (cleanup: Effect.Effect<void>) => Effect.Effect<void, never, Scope.Scope>
   /** Gives claims back (no attempt spent). */
   readonly releaseUnhanded: (handles: ReadonlyArray<ClaimHandle<A>>) => Effect.Effect<void>
   /** A claim in its `alkstore.queue.claim` span when the fiber traces. */
@@ -31,7 +34,10 @@ export interface StreamParts<A> {
 /**
  * A queue's `stream`. A batch is claimed in one round trip but handed on one
  * handle at a time: whatever ends the stream (a `Stream.take`, interruption,
- * a failure downstream), the claims it never handed on are released.
+ * a failure downstream), the claims it never handed on are released. So does
+ * the store's close, while its connection still works — a stream run in a
+ * forked fiber ends only after the store closed — once a claim in flight is
+ * answered; the stream's next pull then fails with the closed store's error.
  *
  * Traced (a tracer installed when the stream starts), each round is an
  * `alkstore.queue.claim` span, and each handle is handed on with a consumer
@@ -51,7 +57,7 @@ export interface StreamParts<A> {
  * not handed on, that one included, are released as when anything ends it.
  */
 export const makeStream = <A>(
-  { claimTraced, name, processSpan, releaseUnhanded, takeUpTo }: StreamParts<A>
+  { claimTraced, name, onStoreClose, processSpan, releaseUnhanded, takeUpTo }: StreamParts<A>
 ): Q.Queue<A>["stream"] =>
 (workerId, opts) =>
   Stream.unwrapScoped(Effect.gen(function*() {
@@ -71,11 +77,33 @@ export const makeStream = <A>(
         Effect.forEach(spanned, (handle) => handle.endJobSpan("unsettled"), { discard: true })
       )
     )
+    // The store's close: once a claim round in flight has its answer, the claims not handed on go back.
+    let storeClosed = false
+    let inRound = false
+    let roundEnded: Deferred.Deferred<void> | undefined
+    const releaseRest = Effect.suspend(() => {
+      const rest = held.slice(handed)
+      handed = held.length
+      return releaseUnhanded(rest)
+    })
+    yield* onStoreClose(Effect.suspend(() => {
+      storeClosed = true
+      if (!inRound) return releaseRest
+      roundEnded = Deferred.unsafeMake<void>(FiberId.none)
+      return Effect.zipRight(Deferred.await(roundEnded), releaseRest)
+    }))
     const claimRound = Effect.uninterruptibleMask((restore) =>
-      Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
-        held = handles
-        handed = 0
-        return handles
+      Effect.suspend(() => {
+        if (storeClosed) return Effect.fail(storeClosedError())
+        inRound = true
+        return Effect.map(takeUpTo(workerId, batch, restore), (handles) => {
+          held = handles
+          handed = 0
+          return handles
+        }).pipe(Effect.ensuring(Effect.sync(() => {
+          inRound = false
+          if (roundEnded !== undefined) Deferred.unsafeDone(roundEnded, Exit.void)
+        })))
       })
     )
     const claimBatch: Effect.Effect<unknown, Q.WaitError> = traces

@@ -1,7 +1,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect } from "effect"
-import { migrationFailures } from "../migrationFailures.js"
+import { allApplied, checkRecorded, migrationFailures, migrationIdsOf } from "../migrationFailures.js"
 import type { PgExecutor } from "./executor.js"
 
 /** One statement per call (the extended protocol takes one). */
@@ -20,8 +20,7 @@ const statements = (...sql: ReadonlyArray<string>) =>
  * which keeps the text exactly as written (`jsonb` would reorder and dedupe
  * keys and reject `\u0000`), so they round-trip as on SQLite.
  */
-export const migrations = (s: string) =>
-  Migrator.fromRecord({
+const migrationRecord = (s: string) => ({
     "1_queues_and_locks": statements(
       `CREATE TABLE ${s}.__alkstore_jobs (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -149,7 +148,11 @@ export const migrations = (s: string) =>
       `CREATE INDEX __alkstore_jobs_dead_queue_id ON ${s}.__alkstore_jobs (queue, id) WHERE state = 'dead'`,
       `CREATE INDEX __alkstore_jobs_dead_since ON ${s}.__alkstore_jobs (died_at) WHERE state = 'dead'`
     )
-  })
+})
+
+export const migrations = (s: string) => Migrator.fromRecord(migrationRecord(s))
+
+const migrationIds = migrationIdsOf(migrationRecord("s"))
 
 export const migrationsTable = "__alkstore_migrations"
 
@@ -159,9 +162,22 @@ export const migrationsTable = "__alkstore_migrations"
  * name serializes them, the schema and the migrations table (in
  * `@effect/sql`'s shape) are created if missing under it, and then
  * `@effect/sql`'s Migrator runs (its own transaction becomes a savepoint and
- * its probe of the table finds it, so nothing aborts).
+ * its probe of the table finds it, so nothing aborts), and every migration
+ * is checked recorded (`checkRecorded`).
+ *
+ * First a read: a database already up to date is opened without the
+ * transaction — whose `CREATE … IF NOT EXISTS` PostgreSQL checks the CREATE
+ * privilege for before it looks for the object — so a role with only the
+ * tables' privileges opens a store an owner migrated (`alkstore migrate`).
  */
 export const migrate = (executor: PgExecutor, schema: string) =>
+  Effect.flatMap(upToDate(executor, schema), (done) => done ? Effect.succeed([]) : migrateLocked(executor, schema))
+
+/** Whether every migration is applied already (any failure, a missing table, says no). */
+const upToDate = (executor: PgExecutor, schema: string) =>
+  executor.all<{ migration_id: number }>(`SELECT migration_id FROM ${schema}.${migrationsTable}`, []).pipe(Effect.map((rows) => allApplied(rows, migrationIds)), Effect.orElseSucceed(() => false))
+
+const migrateLocked = (executor: PgExecutor, schema: string) =>
   executor.transaction(Effect.gen(function*() {
     yield* executor.all("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`alkstore:migrate:${schema}`])
     yield* executor.all("SET LOCAL lock_timeout = '60s'", [])
@@ -174,5 +190,10 @@ export const migrate = (executor: PgExecutor, schema: string) =>
       )`,
       []
     )
-    return yield* Migrator.make({})({ loader: migrations(schema), table: `${schema}.${migrationsTable}` })
+    const ran = yield* Migrator.make({})({ loader: migrations(schema), table: `${schema}.${migrationsTable}` })
+    yield* checkRecorded(
+      executor.all<{ migration_id: number }>(`SELECT migration_id FROM ${schema}.${migrationsTable} ORDER BY migration_id`, []),
+      migrationIds
+    )
+    return ran
   })).pipe(Effect.provideService(SqlClient.SqlClient, executor.client), migrationFailures)

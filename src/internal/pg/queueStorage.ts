@@ -312,6 +312,7 @@ export const makeQueueStorage = (
       ),
     maintenanceRows,
     claimsCanBeCutOff: true,
+    claimsWaitOnServer: true,
     maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const expiredByQueue = yield* decoded(

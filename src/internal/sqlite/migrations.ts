@@ -1,7 +1,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect } from "effect"
-import { migrationFailures } from "../migrationFailures.js"
+import { allApplied, checkRecorded, migrationFailures, migrationIdsOf } from "../migrationFailures.js"
 import type { Executor } from "./executor.js"
 import { idFloorTable } from "./jobIds.js"
 
@@ -180,7 +180,7 @@ export const migrations = Migrator.fromRecord(migrationRecord)
 
 export const migrationsTable = "__alkstore_migrations"
 
-const migrationIds = Object.keys(migrationRecord).map((key) => Number(key.slice(0, key.indexOf("_"))))
+const migrationIds = migrationIdsOf(migrationRecord)
 
 /**
  * Whether every migration is applied already: a read, which in WAL mode
@@ -191,20 +191,26 @@ const migrationIds = Object.keys(migrationRecord).map((key) => Number(key.slice(
  */
 const upToDate = (all: Executor["all"]) =>
   all<{ migration_id: number }>(`SELECT migration_id FROM ${migrationsTable}`, []).pipe(
-    Effect.map((rows) => {
-      const applied = new Set(rows.map((row) => Number(row.migration_id)))
-      return migrationIds.every((id) => applied.has(id))
-    }),
+    Effect.map((rows) => allApplied(rows, migrationIds)),
     Effect.orElseSucceed(() => false)
   )
 
 /**
  * Applies what is missing inside one `BEGIN IMMEDIATE`, so processes
  * starting together serialize (the Migrator reads the table again under the
- * lock: one that migrated meanwhile leaves nothing to do).
+ * lock: one that migrated meanwhile leaves nothing to do), then checks
+ * that every migration is recorded (`checkRecorded`).
  */
 export const migrate = (executor: Pick<Executor, "all" | "transaction">) =>
   Effect.flatMap(upToDate(executor.all), (done) =>
     done
       ? Effect.void
-      : Effect.asVoid(migrationFailures(executor.transaction(Migrator.make({})({ loader: migrations, table: migrationsTable })))))
+      : Effect.asVoid(migrationFailures(executor.transaction(Effect.zipRight(
+        Migrator.make({})({ loader: migrations, table: migrationsTable }),
+        // Not `upToDate`'s text: `@effect/sql-sqlite-node` caches a statement's failed prepare by its text
+        // (on a fresh file that read failed: no table yet), and an application's client would answer with it.
+        checkRecorded(
+          executor.all<{ migration_id: number }>(`SELECT migration_id FROM ${migrationsTable} ORDER BY migration_id`, []),
+          migrationIds
+        )
+      )))))

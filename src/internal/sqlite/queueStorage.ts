@@ -368,6 +368,8 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
       ))),
     maintenanceRows,
     claimsCanBeCutOff: direct === undefined,
+    // A wait for the connection or a busy file ends at an interruption already (patience.ts).
+    claimsWaitOnServer: false,
     maintenance: (now, purgeDiedBefore, limit) =>
       db.transaction(Effect.gen(function*() {
         const swept = yield* db.all<{ queue: string }>(expireSomeSql.text, expireSomeSql.bind([now, limit]))
