@@ -32,7 +32,7 @@ import type { Locks } from "./Locks.js"
 import type { Outbox } from "./Outbox.js"
 import type { Queues } from "./Queues.js"
 import type { Scheduler } from "./Scheduler.js"
-import type { InvalidOptions } from "./StoreError.js"
+import { InvalidOptions } from "./StoreError.js"
 
 /** The engine settings either layer takes (all optional; durations as `Duration.DurationInput`). */
 export interface StoreSettings extends internal.StoreSettings {}
@@ -91,9 +91,17 @@ export const importSqlite = (options: {
   traced(
     "alkstore.pg.import_sqlite",
     () => ({}),
-    Effect.flatMap(
-      internal.resolveSettings({ schema: options.schema ?? "alkstore" }),
-      ({ schema }) => importSqliteInternal.importSqlite(options.filename, schema)
-    ),
+    Effect.suspend(() => {
+      // `null` is no options: the required filename is missing (CONTRACT §2). Nothing is read before the effect runs.
+      const given: { readonly filename?: unknown; readonly schema?: string } = options ?? {}
+      if (typeof given.filename !== "string" || given.filename.length === 0) {
+        return Effect.fail(new InvalidOptions({ field: "filename", reason: "is required: the SQLite file to import" }))
+      }
+      const filename = given.filename
+      return Effect.flatMap(
+        internal.resolveSettings({ schema: given.schema ?? "alkstore" }),
+        ({ schema }) => importSqliteInternal.importSqlite(filename, schema)
+      )
+    }),
     (imported, span) => span.attribute(attr.count, imported.jobs)
   )

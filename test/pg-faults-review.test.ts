@@ -13,7 +13,7 @@ import { pgDatabaseUrl } from "./contract/harness.js"
 let schemaCounter = 0
 const freshSchema = () => `faults${process.pid}_${++schemaCounter}`
 
-const storeLayer = (settings: Partial<PgStore.PgStoreOptions> & { readonly url?: string } = {}) =>
+const storeLayer = (settings: Omit<Partial<PgStore.PgStoreOptions>, "url"> & { readonly url?: string } = {}) =>
   Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (url) =>
     PgStore.layer({
       clock: "host",

@@ -4,8 +4,9 @@ import type * as A from "../Admin.js"
 import { InvalidName, InvalidOptions } from "../StoreError.js"
 import { Engine, type EngineShape, type JobRow } from "./engine.js"
 import { oldestPendingAge, toJob } from "./handle.js"
-import { isJobId, queueDefaults } from "./options.js"
-import { isWellFormed, notWellFormedReason, nulReason } from "./names.js"
+import { isJobId, ownOptions, queueDefaults } from "./options.js"
+import { isInvalid } from "./duration.js"
+import { isWellFormed, notWellFormedReason, nulReason, printable } from "./names.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { toSchedule } from "./scheduler.js"
@@ -39,7 +40,7 @@ const checkId = (id: number) =>
  */
 const checkQueue = (name: string) =>
   typeof name !== "string" || name.length === 0
-    ? Effect.fail(new InvalidName({ name: String(name), reason: "must not be empty" }))
+    ? Effect.fail(new InvalidName({ name: printable(name), reason: typeof name !== "string" ? "must be a string" : "must not be empty" }))
     : !isWellFormed(name)
     ? Effect.fail(new InvalidName({ name, reason: notWellFormedReason }))
     : name.includes("\u0000")
@@ -143,17 +144,22 @@ export const makeAdmin: Effect.Effect<A.AdminShape, never, Engine> = Effect.gen(
       const live = rows.reduce((sum, row) => sum + row.pending + row.scheduled + row.claimed + row.dead, 0)
       return { lastJobId: yield* engine.admin.lastJobId, live }
     })),
-    jobs: (filter = {}) =>
-      traced(
-        "alkstore.admin.jobs",
-        () => (filter.queue === undefined ? {} : { [attr.queue]: filter.queue }),
-        Effect.gen(function*() {
-          const checked = yield* checkFilter(filter)
-          const rows = yield* engine.admin.jobs(checked, yield* now)
-          return rows.map(toJobInfo)
-        }),
-        (jobs, span) => span.attribute(attr.count, jobs.length)
-      ),
+    jobs: (given) =>
+      Effect.suspend(() => {
+        const read = ownOptions(given) // `null` is no filter; a throwing getter InvalidOptions
+        if (isInvalid(read)) return Effect.fail(read)
+        const filter: A.JobsFilter = read ?? {}
+        return traced(
+          "alkstore.admin.jobs",
+          () => (typeof filter.queue !== "string" ? {} : { [attr.queue]: filter.queue }),
+          Effect.gen(function*() {
+            const checked = yield* checkFilter(filter)
+            const rows = yield* engine.admin.jobs(checked, yield* now)
+            return rows.map(toJobInfo)
+          }),
+          (jobs, span) => span.attribute(attr.count, jobs.length)
+        )
+      }),
     job,
     requeue: (id) =>
       traced(

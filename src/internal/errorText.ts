@@ -1,22 +1,5 @@
 import { Cause } from "effect"
-import { toWellFormed } from "./names.js"
-
-/**
- * `String(error)`, or — for a value that has no text (`Object.create(null)`,
- * a throwing `toString`) — its `Object.prototype.toString` tag, else
- * `"<unprintable error>"`: the text of a failure never throws.
- */
-const printable = (error: unknown): string => {
-  try {
-    return String(error)
-  } catch {
-    try {
-      return Object.prototype.toString.call(error)
-    } catch {
-      return "<unprintable error>"
-    }
-  }
-}
+import { printable, toWellFormed } from "./names.js"
 
 /**
  * The text stored as a job's `lastError` for a failure (CONTRACT §3): its

@@ -8,6 +8,7 @@ import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
+import { givingBack } from "./patience.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -151,7 +152,8 @@ export const settle = <A, E>(
     return Effect.withFiberRuntime((fiber) =>
       Cause.isEmpty(fiber.getFiberRef(FiberRef.interruptedCause))
         ? handle.retry(interruptedText)
-        : Effect.map(handle.release, (ok) => (ok ? "released" : "lost"))
+        // Stopped: given back, though a stop waits for that only so long (patience.ts).
+        : Effect.map(givingBack(handle.release, false, "a claim"), (ok) => (ok ? "released" : "lost"))
     )
   }
   return handle.retry(causeText(exit.cause))

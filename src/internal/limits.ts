@@ -44,7 +44,8 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
     traced("alkstore.queue.clear_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
       yield* validateName(name)
       const cleared = yield* engine.flow.clear(name)
-      engine.flow.memory.saw(name, false)
+      // The memory of limits is not cleared here: a clear rolled back with the application's transaction
+      // would leave the queue limited and its acks waking nobody held back. The next claim learns they are gone.
       if (cleared) {
         yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
         yield* engine.flow.freed(name)

@@ -1,11 +1,11 @@
 import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
-import { LockLost, LockUnavailable } from "../StoreError.js"
-import { durationMillis, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
+import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
+import { durationMillis, fromChecked, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
-import { validateText } from "./options.js"
-import { patienceCapMillis, releasePatienceMillis } from "./patience.js"
+import { ownOptions, validateText } from "./options.js"
+import { givingBack } from "./patience.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -152,9 +152,12 @@ export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) => {
  * `releasePatienceMillis` — a stop, the store's close included, waits on it.
  */
 const letGo = (name: string, handle: L.LockHandle) =>
-  handle.release.pipe(
-    Effect.catchAll((error) => Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error)),
-    Effect.locally(patienceCapMillis, releasePatienceMillis)
+  givingBack(
+    handle.release.pipe(
+      Effect.catchAll((error) => Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error))
+    ),
+    undefined,
+    `lock ${name}`
   )
 
 /**
@@ -170,9 +173,13 @@ const cutOffGivenBack = <A, E, R>(storage: LockStorage, name: string, owner: str
   const releaseOwner = storage.releaseOwner
   if (releaseOwner === undefined) return acquiring
   return Effect.onInterrupt(acquiring, () =>
-    Effect.flatMap(Clock.currentTimeMillis, (now) => releaseOwner(name, owner, now)).pipe(
-      Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
-      Effect.locally(patienceCapMillis, releasePatienceMillis)
+    givingBack(
+      Effect.flatMap(Clock.currentTimeMillis, (now) => releaseOwner(name, owner, now)).pipe(
+        Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
+        Effect.asVoid
+      ),
+      undefined,
+      `lock ${name}`
     ))
 }
 
@@ -185,8 +192,9 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
   const acquire: L.LocksShape["acquire"] = (name, opts) =>
     Effect.gen(function*() {
       yield* validateName(name)
-      const ttl = yield* ttlFromNow(opts.ttl)
-      const owner = yield* checkOwner(opts.owner ?? defaultOwner)
+      const read = yield* fromChecked(ownOptions(opts))
+      const ttl = yield* ttlFromNow(read?.ttl as L.AcquireOpts["ttl"])
+      const owner = yield* checkOwner(read?.owner ?? defaultOwner)
       return yield* acquireLock(storage, name, owner, ttl)
     })
 
@@ -194,6 +202,8 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
     Effect.gen(function*() {
       yield* validateName(name)
       const ttlMillis = yield* ttlFromNow(ttl)
+      // Before the acquire: a body that is not an effect (a thunk) would take the lock, then die.
+      if (!Effect.isEffect(effect)) return yield* new InvalidOptions({ field: "effect", reason: "must be an Effect" })
       const owner = `${defaultOwner}:withLock:${++calls}`
       // The acquire stays interruptible (as `acquire`'s, and the scheduler's lease): one waiting on a
       // busy file or on a row another transaction holds has written nothing, and a stop must not wait

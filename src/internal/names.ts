@@ -46,9 +46,26 @@ export const tooLongReason = `must be at most ${maxTextBytes} bytes in UTF-8`
 /** PostgreSQL's text cannot hold U+0000; both engines must accept the same input, so neither takes it. */
 export const nulReason = "must not contain NUL (U+0000), which PostgreSQL text cannot hold"
 
+/**
+ * `String(value)`, or — for a value that has no text (`Object.create(null)`,
+ * a throwing `toString`) — its `Object.prototype.toString` tag, else
+ * `"<unprintable>"`: the text of a bad input or a failure never throws.
+ */
+export const printable = (value: unknown): string => {
+  try {
+    return String(value)
+  } catch {
+    try {
+      return Object.prototype.toString.call(value)
+    } catch {
+      return "<unprintable>"
+    }
+  }
+}
+
 /** The namespace rule shared by queue, lock, schedule and outbox names (CONTRACT §2). */
 export const checkName = (name: string): InvalidName | ReservedName | undefined => {
-  if (typeof name !== "string") return new InvalidName({ name: String(name), reason: "must be a string" })
+  if (typeof name !== "string") return new InvalidName({ name: printable(name), reason: "must be a string" })
   if (name.length === 0) return new InvalidName({ name, reason: "must not be empty" })
   if (!isWellFormed(name)) return new InvalidName({ name, reason: notWellFormedReason })
   if (!fitsStorage(name)) return new InvalidName({ name, reason: tooLongReason })

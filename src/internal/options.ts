@@ -11,6 +11,8 @@ import {
   type InstantInput,
   isInvalid
 } from "./duration.js"
+import { failureText } from "./errorText.js"
+import type { NewJob } from "./engine.js"
 import { fitsStorage, isWellFormed, notWellFormedReason, nulReason, tooLongReason } from "./names.js"
 
 /** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
@@ -85,6 +87,29 @@ export const validateText = (field: string, value: string): Effect.Effect<string
   return error === undefined ? Effect.succeed(value) : Effect.fail(error)
 }
 
+/** An options object whose fields could not be read (a getter that throws, a JS caller's Proxy). */
+export const unreadableOptions = (cause: unknown) =>
+  new InvalidOptions({ field: "options", reason: `could not be read: ${failureText(cause)}` })
+
+/**
+ * An options object as a plain copy of its own fields, read once: a getter
+ * that throws is `InvalidOptions` on "options", never a defect; `null` is no
+ * options (`undefined`); a primitive is read as having no fields.
+ */
+export const ownOptions = <O>(options: O | null | undefined): Checked<O | undefined> => {
+  if (options === undefined || options === null) return undefined
+  if (typeof options !== "object") return options
+  try {
+    return { ...options }
+  } catch (cause) {
+    return unreadableOptions(cause)
+  }
+}
+
+/** A check of a function argument that must be a function (a handler, a delivery): before anything is claimed. */
+export const checkFunction = (field: string, value: unknown): Effect.Effect<void, InvalidOptions> =>
+  typeof value === "function" ? Effect.void : Effect.fail(new InvalidOptions({ field, reason: "must be a function" }))
+
 /** A handle's defaults over the base defaults (queue or outbox). */
 export const resolveQueueOptions = (
   base: Stamp,
@@ -92,7 +117,10 @@ export const resolveQueueOptions = (
 ): Effect.Effect<Stamp, InvalidOptions> =>
   Effect.suspend(() => {
     // `null` is no options, as everywhere else options are read (`opts?.`): never a TypeError.
-    if (options === undefined || options === null) return Effect.succeed(base)
+    const read = ownOptions(options)
+    if (isInvalid(read)) return Effect.fail(read)
+    options = read
+    if (options === undefined) return Effect.succeed(base)
     const visibilityTimeout = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibilityTimeout)) return Effect.fail(visibilityTimeout)
     const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)
@@ -122,6 +150,28 @@ export interface ResolvedEnqueue {
   readonly group: string
 }
 
+/** The row an enqueue writes: `resolved` options stamped onto one encoded payload of `queue`. */
+export const jobOf = (
+  queue: string,
+  resolved: ResolvedEnqueue,
+  payload: string,
+  at: number,
+  traceContext: string | undefined
+): NewJob => ({
+  queue,
+  payload,
+  createdAt: at,
+  priority: resolved.priority,
+  runAt: resolved.runAt,
+  maxAttempts: resolved.maxAttempts,
+  visibilityTimeoutMillis: resolved.visibilityTimeoutMillis,
+  backoffBaseMillis: resolved.backoffBaseMillis,
+  expiresAt: resolved.expiresAt,
+  key: resolved.key,
+  traceContext,
+  group: resolved.group
+})
+
 /**
  * Validates `EnqueueOpts` and stamps them over the handle's defaults at
  * `now`. Every instant the job is written with (runAt, expiry) and its first
@@ -129,6 +179,19 @@ export interface ResolvedEnqueue {
  * later lease ends are kept in range by the duration cap (`maxDurationMillis`).
  */
 export const checkEnqueue = (
+  stamp: Stamp,
+  options: EnqueueOptionsInput | undefined,
+  now: number
+): Checked<ResolvedEnqueue> => {
+  // Read in place (no copy on the hot path): a getter that throws is InvalidOptions, never a defect.
+  try {
+    return checkEnqueueOptions(stamp, options, now)
+  } catch (cause) {
+    return unreadableOptions(cause)
+  }
+}
+
+const checkEnqueueOptions = (
   stamp: Stamp,
   options: EnqueueOptionsInput | undefined,
   now: number

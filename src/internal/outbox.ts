@@ -5,7 +5,7 @@ import type { InvalidOptions } from "../StoreError.js"
 import { Engine } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { outboxQueueName, validateName } from "./names.js"
-import { outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
+import { checkFunction, outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
 import { busyWaitsInterruptible } from "./patience.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
@@ -53,7 +53,8 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
           name,
           enqueue: queue.enqueue,
           runOnce: (workerId, deliver) =>
-            Effect.uninterruptibleMask((restore) =>
+            // Before the claim: a delivery that is not a function would spend the claimed job's attempt.
+            Effect.zipRight(checkFunction("deliver", deliver), Effect.uninterruptibleMask((restore) =>
               Effect.flatMap(
                 // Nothing is written while the claim waits out a busy file: a stop may end those waits (patience.ts).
                 Effect.locally(queue.claim(workerId), busyWaitsInterruptible, true),
@@ -62,8 +63,8 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
                   onSome: (handle) => deliverOne(handle as ClaimHandle<unknown>, deliver, restore)
                 })
               )
-            ),
-          run: (workerId, deliver, opts) => queue.process(workerId, deliver, opts),
+            )),
+          run: (workerId, deliver, opts) => Effect.zipRight(checkFunction("deliver", deliver), queue.process(workerId, deliver, opts)),
           stats: queue.stats,
           dead: queue.dead,
           requeueDead: queue.requeueDead,

@@ -1,4 +1,6 @@
-import { Effect, FiberRef } from "effect"
+import { Duration, Effect, FiberRef } from "effect"
+import { realClock } from "./realClock.js"
+import { inTransactionOf } from "./transactionOwner.js"
 
 /**
  * At most this many (real) milliseconds of waiting for the database per
@@ -17,6 +19,38 @@ export const patienceCapMillis: FiberRef.FiberRef<number> = FiberRef.unsafeMake(
  * the lease to lapse with its ttl: a release is best effort, a stop is not.
  */
 export const releasePatienceMillis = 1_000
+
+/**
+ * How long (real time) a stopping holder waits for its give-back write at
+ * all, on any engine: a connection that stopped answering (a partitioned
+ * server, a half-open TCP connection) would hold a stop, the store's close
+ * included, for as long as TCP takes to notice — minutes.
+ */
+export const stopPatienceMillis = 3_000
+
+/**
+ * A best-effort give-back made while stopping (a claim released, a lock or
+ * the leadership lease let go): a busy SQLite file is waited out for at most
+ * `releasePatienceMillis`, and the write itself for at most
+ * `stopPatienceMillis` of real time (under any `Clock`); past that it is
+ * left to end in the background, `givenUp` is the answer, and what it gave
+ * back lapses with its lease, as after a crash.
+ */
+export const givingBack = <A, E, R>(write: Effect.Effect<A, E, R>, givenUp: A, what: string): Effect.Effect<A, E, R> =>
+  Effect.withFiberRuntime((fiber) => {
+    const capped = Effect.locally(write, patienceCapMillis, releasePatienceMillis)
+    // Inside a transaction the write is that transaction's: never left running on its connection.
+    if (inTransactionOf(fiber)) return capped
+    // Both sides interruptible: a stop runs this inside its uninterruptible region, whose interruptibility
+    // the race's fibers would inherit — and then the race would wait for the write it gave up on.
+    return Effect.raceFirst(
+      Effect.interruptible(Effect.disconnect(capped)),
+      Effect.interruptible(Effect.withClock(Effect.sleep(Duration.millis(stopPatienceMillis)), realClock)).pipe(
+        Effect.zipRight(Effect.logWarning(`alkstore: giving back ${what} got no answer in ${stopPatienceMillis} ms; it lapses with its lease`)),
+        Effect.as(givenUp)
+      )
+    )
+  })
 
 /**
  * Whether the fiber's waits on a busy database end at once on interruption

@@ -4,10 +4,12 @@ import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid } from "./duration.js"
+import { failureText } from "./errorText.js"
 import { type EngineShape, type Fence, type NewJob, signalOnCommit } from "./engine.js"
 import {
   checkEnqueue,
   type EnqueueOptionsInput,
+  jobOf,
   positiveCount,
   type ResolvedEnqueue,
   type Stamp,
@@ -22,7 +24,7 @@ import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
 import { makeStream } from "./stream.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
-import { busyWaitsInterruptible } from "./patience.js"
+import { busyWaitsInterruptible, givingBack } from "./patience.js"
 import { stoppableClaim } from "./stoppableClaim.js"
 import {
   ackClaimWithin,
@@ -129,9 +131,10 @@ export const makeQueue = <A>(
     options?: TakeOptions<A>
   ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
     // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts),
-    // and a wait on the server ends the caller's wait, not the claim (stoppableClaim.ts).
+    // and a wait on the server ends the caller's wait, not the claim (stoppableClaim.ts). A caller's own claim
+    // (a PersistedQueue's: prefetched elements, claims shared by concurrent takes) keeps to the caller's fiber.
     const claimOnce = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
-    const claim = storage.claimsWaitOnServer ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded) : claimOnce
+    const claim = storage.claimsWaitOnServer && options?.claim === undefined ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded) : claimOnce
     const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
         engine.wake.withTicket(name, (ticket) =>
@@ -187,10 +190,14 @@ export const makeQueue = <A>(
 
   /** Gives claims back (no attempt spent) in one transaction; on failure they return when their lease lapses. */
   const releaseUnhanded = (handles: ReadonlyArray<ClaimHandle<A>>) =>
-    handles.length === 0 ? Effect.void : engine.transaction(Effect.forEach(handles, (handle) => handle.release, { discard: true })).pipe(
-      Effect.catchAll((error) =>
-        Effect.logWarning(`alkstore: releasing ${handles.length} unconsumed claims of ${name} failed; they return when their lease lapses`, error)
-      )
+    handles.length === 0 ? Effect.void : givingBack(
+      engine.transaction(Effect.forEach(handles, (handle) => handle.release, { discard: true })).pipe(
+        Effect.catchAll((error) =>
+          Effect.logWarning(`alkstore: releasing ${handles.length} unconsumed claims of ${name} failed; they return when their lease lapses`, error)
+        )
+      ),
+      undefined,
+      `${handles.length} unconsumed claims of ${name}`
     )
 
   /**
@@ -225,22 +232,10 @@ export const makeQueue = <A>(
         ))))
   }
 
-  const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo })
+  const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo, releaseUnhanded })
 
-  const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined): NewJob => ({
-    queue: name,
-    payload,
-    createdAt: at,
-    priority: resolved.priority,
-    runAt: resolved.runAt,
-    maxAttempts: resolved.maxAttempts,
-    visibilityTimeoutMillis: resolved.visibilityTimeoutMillis,
-    backoffBaseMillis: resolved.backoffBaseMillis,
-    expiresAt: resolved.expiresAt,
-    key: resolved.key,
-    traceContext,
-    group: resolved.group
-  })
+  const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined) =>
+    jobOf(name, resolved, payload, at, traceContext)
 
   // The hot path: validation and encoding are plain functions, and where the engine can, the insert runs
   // in place (no effect of its own); otherwise it waits for the connection as an effect.
@@ -309,6 +304,17 @@ export const makeQueue = <A>(
     })
   }
 
+  /** What `ackAll` says of anything that is not a claim handle of this queue (a `Job`, `{}`, `null`). */
+  const notHandle = (value: unknown) => {
+    const fence = (value as Partial<ClaimHandle<A>> | null | undefined)?.fence
+    return new InvalidOptions({
+      field: "handles",
+      reason: fence === undefined
+        ? "must be claim handles (a Job is not its handle)"
+        : `a handle of job ${fence.id} was not claimed from queue ${name}`
+    })
+  }
+
   const claimTraced = <X, E>(
     workerId: string,
     effect: Effect.Effect<X, E>,
@@ -367,17 +373,18 @@ export const makeQueue = <A>(
         const fences: Array<Fence> = []
         // A traced stream's claims, whose own spans end with their outcomes (none untraced).
         let spanned: Array<[ClaimHandle<A>, number]> | undefined
-        for (const handle of handles) {
-          // The handle's own queue name as its caller gave it, not one read back from the row
-          // (nor `handle.job`: a batch acked unread never builds its jobs).
-          const { fence, queueName } = handle as Partial<ClaimHandle<A>>
-          if (fence === undefined || queueName !== name) {
-            return Effect.fail(
-              new InvalidOptions({ field: "handles", reason: `a handle of job ${handle.job.id} was not claimed from queue ${name}` })
-            )
+        try {
+          for (const handle of handles) {
+            // The handle's own queue name as its caller gave it, not one read back from the row
+            // (nor `handle.job`: a batch acked unread never builds its jobs).
+            const { fence, queueName } = (handle ?? {}) as Partial<ClaimHandle<A>>
+            if (fence === undefined || queueName !== name) return Effect.fail(notHandle(handle))
+            if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
+            fences.push(fence)
           }
-          if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
-          fences.push(fence)
+        } catch (cause) {
+          // Not iterable, or an iterable that threw: nothing acked.
+          return Effect.fail(new InvalidOptions({ field: "handles", reason: `could not be read: ${failureText(cause)}` }))
         }
         if (fences.length === 0) return Effect.succeed([])
         const acked = Effect.map(storage.ackMany(fences), (results) => {

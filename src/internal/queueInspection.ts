@@ -1,10 +1,10 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect, Option } from "effect"
 import type * as Q from "../Queues.js"
-import { optionalDurationMillis } from "./duration.js"
+import { isInvalid, optionalDurationMillis } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { oldestPendingAge, storedJob } from "./handle.js"
-import { isJobId, positiveCount } from "./options.js"
+import { isJobId, ownOptions, positiveCount } from "./options.js"
 import { inRounds } from "./rounds.js"
 import { attr, setGauges, traced } from "./telemetry.js"
 
@@ -52,9 +52,13 @@ export const makeInspection = <A>(
         heldBack: claimable === undefined ? 0 : Math.max(0, row.pending - claimable)
       }
     })),
-    dead: (opts) =>
-      Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
-        Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob))),
+    dead: (given) =>
+      Effect.suspend(() => {
+        const opts = ownOptions(given)
+        if (isInvalid(opts)) return Effect.fail(opts)
+        return Effect.flatMap(positiveCount("limit", opts?.limit ?? 100), (limit) =>
+          Effect.map(storage.dead(name, limit), (rows) => rows.map(storedJob)))
+      }),
     requeueDead: (id) =>
       traced(
         "alkstore.queue.requeue_dead",

@@ -1,10 +1,12 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import type * as Q from "../Queues.js"
+import { InvalidOptions } from "../StoreError.js"
+import { fromChecked } from "./duration.js"
 import { Engine, type EngineShape, signalOnCommit } from "./engine.js"
 import { makeLimits } from "./limits.js"
 import { checkName } from "./names.js"
-import { type QueueOptionsInput, queueDefaults, resolveQueueOptions } from "./options.js"
+import { ownOptions, type QueueOptionsInput, queueDefaults, resolveQueueOptions } from "./options.js"
 import { jsonCodec, type PayloadCodec, schemaCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
 import { inRounds } from "./rounds.js"
@@ -17,8 +19,13 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
     Effect.gen(function*() {
       const nameError = checkName(name)
       if (nameError !== undefined) return yield* nameError
-      const stamp = yield* resolveQueueOptions(queueDefaults, opts)
-      const codec = opts?.schema === undefined ? jsonCodec : schemaCodec(opts.schema)
+      const read = yield* fromChecked(ownOptions(opts))
+      const stamp = yield* resolveQueueOptions(queueDefaults, read)
+      const schema = read?.schema
+      if (schema !== undefined && !Schema.isSchema(schema)) {
+        return yield* new InvalidOptions({ field: "schema", reason: "must be an Effect Schema" })
+      }
+      const codec = schema === undefined ? jsonCodec : schemaCodec(schema)
       return makeQueue(engine, name, stamp, codec as PayloadCodec<unknown>)
     })
   return {

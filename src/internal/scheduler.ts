@@ -4,11 +4,11 @@ import type * as S from "../Scheduler.js"
 import type { LockHandle } from "../Locks.js"
 import { type DatabaseReplaced, InvalidSpec, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
-import { instantAfter, optionalDurationMillis } from "./duration.js"
+import { fromChecked, instantAfter, optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
-import { queueDefaults, safeInteger, validateText } from "./options.js"
-import { patienceCapMillis, releasePatienceMillis } from "./patience.js"
+import { ownOptions, queueDefaults, safeInteger, validateText } from "./options.js"
+import { givingBack } from "./patience.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queues.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
@@ -117,11 +117,12 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
   const { settings } = engine
   let runners = 0
 
-  const schedule: S.SchedulerShape["schedule"] = (name, spec, queue, payload, opts) =>
+  const schedule: S.SchedulerShape["schedule"] = (name, spec, queue, payload, given) =>
     Effect.gen(function*() {
       yield* validateName(name)
       yield* validateName(queue)
       const intervalMillis = yield* parseEvery(spec)
+      const opts = yield* fromChecked(ownOptions(given))
       const priority = (yield* safeInteger("priority", opts?.priority)) ?? 0
       const maxAttempts = (yield* safeInteger("maxAttempts", opts?.maxAttempts, 1)) ?? queueDefaults.maxAttempts
       const expiresMillis = yield* optionalDurationMillis("expires", opts?.expires, { positive: true })
@@ -209,16 +210,20 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * must not wait on it). The cap is real time, so it ends under `TestClock`.
    */
   const letGo = (lease: LockHandle) =>
-    lease.release.pipe(
-      Effect.tap((released) =>
-        released
-          ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
-          : Effect.void
+    givingBack(
+      lease.release.pipe(
+        Effect.tap((released) =>
+          released
+            ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
+            : Effect.void
+        ),
+        Effect.catchAll((error) =>
+          Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
+        ),
+        Effect.asVoid
       ),
-      Effect.catchAll((error) =>
-        Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
-      ),
-      Effect.locally(patienceCapMillis, releasePatienceMillis)
+      undefined,
+      "the scheduler lease"
     )
 
   /**

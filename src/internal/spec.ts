@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { InvalidSpec } from "../StoreError.js"
+import { printable } from "./names.js"
 
 const unitMillis = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
 
@@ -12,7 +13,7 @@ export const maxIntervalMillis = 3650 * unitMillis.d
  * and whitespace variants are rejected.
  */
 export const parseEvery = (spec: string): Effect.Effect<number, InvalidSpec> => {
-  if (typeof spec !== "string") return Effect.fail(new InvalidSpec({ spec: String(spec), reason: "must be a string" }))
+  if (typeof spec !== "string") return Effect.fail(new InvalidSpec({ spec: printable(spec), reason: "must be a string" }))
   const match = /^@every ([1-9][0-9]*)([smhd])$/.exec(spec)
   if (match === null) {
     return Effect.fail(new InvalidSpec({ spec, reason: "v1 accepts exactly `@every <n><s|m|h|d>`" }))

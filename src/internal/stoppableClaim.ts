@@ -1,5 +1,6 @@
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Runtime } from "effect"
 import type { Restore } from "./queueInternals.js"
+import { inTransactionOf } from "./transactionOwner.js"
 
 /**
  * A claim whose statement can wait on the server (PostgreSQL: a row or
@@ -12,6 +13,17 @@ import type { Restore } from "./queueInternals.js"
  * lease lapsed — but finishes in the background (`inBackground`: the store's
  * close waits for it), and whatever it claimed is given back (`giveBack`, no
  * attempt spent).
+ *
+ * The fiber starts at once, in this call (`Runtime.runFork`'s immediate
+ * start): a forked fiber would first wait for the scheduler's next turn — a
+ * hop on every claim, and a prefetched element (held for one event-loop
+ * turn) given back before the take that came for it looked.
+ *
+ * Inside a transaction the claim runs as it is, in the caller's fiber: its
+ * statement belongs to that transaction's connection, which a fiber left
+ * running after the caller moved on must not use (the transaction may have
+ * ended, the connection gone back to the pool), and a give-back there
+ * belongs in the same transaction.
  */
 export const stoppableClaim = <H, E>(
   claim: Effect.Effect<ReadonlyArray<H>, E>,
@@ -19,6 +31,11 @@ export const stoppableClaim = <H, E>(
   inBackground: (effect: Effect.Effect<void>) => Effect.Effect<void>,
   giveBack: (handles: ReadonlyArray<H>) => Effect.Effect<void>
 ): Effect.Effect<ReadonlyArray<H>, E> =>
-  Effect.flatMap(Effect.forkDaemon(claim), (fiber) =>
-    Effect.onInterrupt(restore(Fiber.join(fiber)), () =>
-      inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void)))))
+  Effect.withFiberRuntime((caller) => {
+    if (inTransactionOf(caller)) return claim
+    return Effect.flatMap(Effect.runtime<never>(), (runtime) => {
+      const fiber = Runtime.runFork(runtime)(claim)
+      return Effect.onInterrupt(restore(Fiber.join(fiber)), () =>
+        inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))))
+    })
+  })

@@ -162,6 +162,8 @@ export const makeStream = <A>(
           return Channel.flatMap(handOn(handle), emit)
         }
         return Channel.flatMap(Channel.fromEffect(handle.heartbeat()), (kept) => {
+          // The store's close gave it back meanwhile (it moved `handed` on): never handed on now.
+          if (storeClosed) return Channel.fromEffect(Effect.fail(storeClosedError()))
           handed++
           return kept ? Channel.flatMap(handOn(handle), emit) : emit()
         })

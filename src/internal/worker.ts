@@ -6,11 +6,12 @@ import type { EngineShape, JobRow } from "./engine.js"
 import { maxRenewalMillis } from "./duration.js"
 import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
-import { maxProcessConcurrency, positiveCount, validateText } from "./options.js"
+import { checkFunction, maxProcessConcurrency, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
 import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
-import type { TakeOptions } from "./queueInternals.js"
+import type { Restore, TakeOptions } from "./queueInternals.js"
+import { stoppableClaim } from "./stoppableClaim.js"
 import type { Quiet } from "./wake.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
@@ -37,6 +38,8 @@ export interface WorkerParts<A> {
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>,
     options?: TakeOptions<A>
   ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
+  /** Gives claims back (no attempt spent). */
+  readonly releaseUnhanded: (handles: ReadonlyArray<ClaimHandle<A>>) => Effect.Effect<void>
 }
 
 /**
@@ -46,7 +49,7 @@ export interface WorkerParts<A> {
  * does not end a worker.
  */
 export const makeProcess = <A>(
-  { engine, metrics: m, name, processSpan, takeUpTo, toHandles }: WorkerParts<A>
+  { engine, metrics: m, name, processSpan, releaseUnhanded, takeUpTo, toHandles }: WorkerParts<A>
 ): Q.Queue<A>["process"] => {
   const storage = engine.queues
   const nextOfRows = (rows: ReadonlyArray<JobRow>, at: number, current: number) =>
@@ -59,7 +62,8 @@ export const makeProcess = <A>(
     handle: ClaimHandle<A>,
     workerId: string,
     onAck: ((acked: boolean) => void) | undefined,
-    onEmpty: (quiet: Quiet) => void
+    onEmpty: (quiet: Quiet) => void,
+    restore: Restore
   ) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const at = nowOf(fiber)
@@ -81,11 +85,18 @@ export const makeProcess = <A>(
           return nextOf(result.rows, at)
         }
       }
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
+      const fused = Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
         if (acked) m.acked(1)
         onAck?.(acked)
         return nextOf(rows, at)
       })
+      if (!storage.claimsWaitOnServer) return fused
+      // Its statement can wait on the server: a stop ends the worker's wait for it, not the statement, whose
+      // ack stands and whose claim is given back (stoppableClaim.ts).
+      return Effect.map(
+        stoppableClaim(Effect.map(fused, Option.toArray), restore, engine.lifetime.background, releaseUnhanded),
+        (handles) => Option.fromNullable(handles[0])
+      )
     })
 
   /**
@@ -131,6 +142,8 @@ export const makeProcess = <A>(
   ): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
     Effect.gen(function*() {
       yield* checkWorker(workerId)
+      // Before any claim: a handler that is not a function would spend every claimed job's attempt.
+      yield* checkFunction("handler", handler)
       const concurrency = yield* positiveCount("concurrency", opts?.concurrency ?? 1, maxProcessConcurrency)
       const worker = Effect.uninterruptibleMask((restore) => {
         // Set when this worker's last step claimed nothing; its next take starts from it.
@@ -179,7 +192,8 @@ export const makeProcess = <A>(
                 handle,
                 workerId,
                 span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : "lost"))),
-                onEmpty
+                onEmpty,
+                restore
               )
             }
             return Effect.as(

@@ -4,8 +4,8 @@ import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, FiberRef, Sc
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
-import { checkOptionalDuration, isInvalid, maxRenewalMillis } from "../duration.js"
-import { checkText } from "../options.js"
+import { checkOptionalDuration, fromChecked, isInvalid, maxRenewalMillis } from "../duration.js"
+import { checkText, ownOptions } from "../options.js"
 import { jsonProblem } from "../payload.js"
 import { type ClaimOne, type QueueInternals, type Restore, takeWithin } from "../queueInternals.js"
 import { Backing, type BackingShape } from "./backing.js"
@@ -97,9 +97,10 @@ const storedElement = (element: unknown): unknown => {
  *   (groupCommit.ts).
  */
 export const make = (
-  options: PersistedQueueStoreOptions = {}
+  given?: PersistedQueueStoreOptions
 ): Effect.Effect<PersistedQueue.PersistedQueueStore["Type"], InvalidOptions, Queues | Backing | Scope.Scope> =>
   Effect.gen(function*() {
+    const options = (yield* fromChecked(ownOptions(given))) ?? {} // `null` is no options (CONTRACT §2)
     const visibility = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibility)) return yield* visibility
     const visibilityMillis = visibility ?? 120_000

@@ -95,11 +95,12 @@ export const makeAdminStorage = (db: PgExecutor, s: string): AdminStorage => {
       db.all(`SELECT ${scheduleColumns} FROM ${s}.__alkstore_scheduler_tasks ORDER BY name`, []),
       toScheduleRow
     ),
-    // The identity's high-water mark survives the rows (0 before the first job).
+    // The identity's high-water mark survives the rows (0 before the first job). Not yet called, the
+    // sequence's next value is `last_value` itself: its start (1), or where an import restarted it.
     lastJobId: Effect.map(
       decoded(
         db.all(
-          `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS id
+          `SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS id
            FROM ${s}.__alkstore_jobs_id_seq`,
           []
         ),

@@ -1,7 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import Sqlite from "better-sqlite3"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 
 /** What an import copied. */
 export interface Imported {
@@ -192,9 +192,16 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       let high = 0
       for (const { mark } of read.marks) high = Math.max(high, mark)
       for (const row of read.jobs) high = Math.max(high, Number(row.id))
+      // RESTART, not `setval`: `setval` is never rolled back, so an import rolled back after it (its COMMIT cut
+      // off) left the sequence moved and the store refused as used by every retry. `ALTER … RESTART` is
+      // transactional; the next id handed out is `high + 1`.
       if (high > 0) {
-        yield* sql.unsafe(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint)`, [`${schema}.__alkstore_jobs`, high])
+        yield* sql.unsafe(`ALTER TABLE ${schema}.__alkstore_jobs ALTER COLUMN id RESTART WITH ${Math.trunc(high) + 1}`)
       }
       return { jobs: read.jobs.length, schedules: read.schedules.length, locks: read.locks.length }
-    }))
+    })).pipe(
+      // `@effect/sql`'s transaction turns a failed COMMIT (a connection cut off, a server restarting) into a
+      // defect: it is the storage failure it is.
+      Effect.catchSomeDefect((defect) => defect instanceof SqlError ? Option.some(Effect.fail(defect)) : Option.none())
+    )
   })

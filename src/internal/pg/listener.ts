@@ -237,5 +237,8 @@ export const startListener = (options: ListenerOptions) =>
       })
 
     const first = yield* connect
+    // Ended with the scope too: a store closed before the watching fiber started (interrupted before its
+    // `session` put its own teardown in place) left this session open, and its socket kept the process alive.
+    yield* Effect.addFinalizer(() => destroy(first))
     yield* Effect.forkScoped(Effect.withClock(Effect.interruptible(forever(first)), realClock))
   })

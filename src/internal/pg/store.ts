@@ -250,7 +250,9 @@ const withClock = <E, R>(
 ) =>
   Layer.unwrapScoped(Effect.map(built, ({ clock, context }) => {
     const provided = Layer.succeedContext(context)
-    return clock === undefined ? provided : Layer.merge(provided, Layer.setClock(clock))
+    // `provideMerge`, not `merge`: a `setClock` merged beside the context is not undone when the layer's scope
+    // closes — the caller kept the closed store's clock (and through it the store's pool) for good.
+    return clock === undefined ? provided : Layer.provideMerge(Layer.setClock(clock), provided)
   }))
 
 export interface PgStoreOptions extends StoreSettings, PgClient.PgClientConfig {}

@@ -31,6 +31,9 @@ export interface OwnedConnection {
 const statementError = (cause: unknown) =>
   new SqlError({ cause, message: `Failed to execute statement: ${String(cause)}` })
 
+/** How many statements of the `SqlClient`'s callers stay prepared (an LRU, as `@effect/sql-sqlite-node`'s 200). */
+const clientStatementsMax = 200
+
 /**
  * A standard `SqlClient` over a better-sqlite3 connection the store owns —
  * built with `SqlClient.make` and the SQLite compiler, as
@@ -93,10 +96,27 @@ export const makeOwnedConnection = (
       }
       return statement
     }
+    // Statements through the `SqlClient` (the application's, a migration's): the texts are anybody's, so the
+    // cache is bounded (the least recently used go past `clientStatementsMax`), as `@effect/sql-sqlite-node`'s
+    // own. The store's statements are a known, bounded set (`prepare`, above).
+    const clientStatements = new Map<string, Sqlite.Statement>()
+    const prepareForClient = (sql: string): Sqlite.Statement => {
+      wrote()
+      let statement = clientStatements.get(sql)
+      if (statement !== undefined) {
+        clientStatements.delete(sql)
+      } else {
+        statement = db.prepare(sql)
+        if (clientStatements.size >= clientStatementsMax) clientStatements.delete(clientStatements.keys().next().value!)
+      }
+      clientStatements.set(sql, statement)
+      return statement
+    }
     const runNow = (sql: string, params: ReadonlyArray<unknown>, raw: boolean, safeIntegers: boolean) => {
       try {
-        const statement = prepare(sql)
-        if (safeIntegers) statement.safeIntegers(true)
+        const statement = prepareForClient(sql)
+        // Set either way: a cached statement keeps the mode its last run asked for.
+        statement.safeIntegers(safeIntegers)
         if (statement.reader) return Effect.succeed(statement.all(...params))
         const result = statement.run(...params)
         return Effect.succeed(raw ? result as unknown as ReadonlyArray<any> : [])

@@ -27,6 +27,7 @@ import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
 import { countHoldersBuried } from "../telemetry.js"
+import { isWellFormed, notWellFormedReason, printable } from "../names.js"
 
 /**
  * Engine settings a store accepts (all optional). Those the store waits in
@@ -175,10 +176,25 @@ const maxBusyTimeoutMillis = 2_147_483_647
 
 const isFile = (filename: string) => filename !== "" && filename !== ":memory:"
 
+/**
+ * The file to open, checked before anything is opened: SQLite cuts a path at
+ * a NUL (`x.db\0.bak` would open `x.db`), and a lone surrogate is written as
+ * another byte name than the one given.
+ */
+const checkFilename = (filename: unknown): Effect.Effect<string, InvalidOptions> => {
+  const invalid = (reason: string) => Effect.fail(new InvalidOptions({ field: "filename", reason }))
+  if (typeof filename !== "string") return invalid(`is required: a path, ":memory:" or "" (got ${printable(filename)})`)
+  if (filename.includes("\u0000")) return invalid("must not contain NUL (U+0000): SQLite would open the path cut at it")
+  if (!isWellFormed(filename)) return invalid(notWellFormedReason)
+  return Effect.succeed(filename)
+}
+
 export const layer = (
-  options: SqliteStoreOptions
+  given: SqliteStoreOptions
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient, SqlError | MigrationError | InvalidOptions> =>
   Layer.scopedContext(Effect.gen(function*() {
+    const options: SqliteStoreOptions = given ?? {} // `null` is no options (CONTRACT §2): the filename is missing
+    yield* checkFilename(options.filename)
     const settings = yield* resolveSettings(options)
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
     if (busyTimeout > maxBusyTimeoutMillis) {
