@@ -21,7 +21,7 @@ export interface Lifetime {
   /** Runs `effect` until it ends or the store closes: then it is interrupted, and fails with `storeClosedError`. */
   readonly supervise: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   /** Runs `effect` in a fiber of its own, which the close waits for (never interrupts) before the connection closes. */
-  readonly background: (effect: Effect.Effect<void>) => Effect.Effect<void>
+  readonly background: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>
   /**
    * Registers `cleanup` for the store's close while `scope` lasts: the close runs it after the supervised work
    * stopped and the waiters failed, and waits for it. Nothing is registered once the store closed.
@@ -69,6 +69,7 @@ export const makeLifetime = (wake: WakeHub): Lifetime => {
         Effect.sync(() => {
           inBackground.add(fiber)
           fiber.addObserver(() => inBackground.delete(fiber))
+          return fiber
         })),
     onClose: (cleanup) =>
       Effect.suspend(() => {

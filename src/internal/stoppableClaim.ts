@@ -1,5 +1,6 @@
-import { Effect, Exit, Fiber, Runtime } from "effect"
+import { Duration, Effect, Exit, Fiber, Runtime } from "effect"
 import type { Restore } from "./queueInternals.js"
+import { realClock } from "./realClock.js"
 import { inTransactionOf } from "./transactionOwner.js"
 
 /**
@@ -12,7 +13,10 @@ import { inTransactionOf } from "./transactionOwner.js"
  * it committed would leave its jobs claimed, an attempt spent, until their
  * lease lapsed — but finishes in the background (`inBackground`: the store's
  * close waits for it), and whatever it claimed is given back (`giveBack`, no
- * attempt spent).
+ * attempt spent). An answer is usually a round trip away: the interrupted
+ * caller waits up to `answerWaitMillis` (real time) for that give-back, so a
+ * stopped worker or a timed-out take has given its claim back as it ends, and
+ * leaves it to the background only when the statement is stuck.
  *
  * The fiber starts at once, in this call (`Runtime.runFork`'s immediate
  * start): a forked fiber would first wait for the scheduler's next turn — a
@@ -25,10 +29,13 @@ import { inTransactionOf } from "./transactionOwner.js"
  * ended, the connection gone back to the pool), and a give-back there
  * belongs in the same transaction.
  */
+/** How long an interrupted caller waits for its claim's answer, and the give-back, before leaving them to the background. */
+export const answerWaitMillis = 250
+
 export const stoppableClaim = <H, E>(
   claim: Effect.Effect<ReadonlyArray<H>, E>,
   restore: Restore,
-  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<void>,
+  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>,
   giveBack: (handles: ReadonlyArray<H>) => Effect.Effect<void>
 ): Effect.Effect<ReadonlyArray<H>, E> =>
   Effect.withFiberRuntime((caller) => {
@@ -36,6 +43,14 @@ export const stoppableClaim = <H, E>(
     return Effect.flatMap(Effect.runtime<never>(), (runtime) => {
       const fiber = Runtime.runFork(runtime)(claim)
       return Effect.onInterrupt(restore(Fiber.join(fiber)), () =>
-        inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))))
+        Effect.flatMap(
+          inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))),
+          (givingBack) =>
+            Effect.interruptible(Fiber.await(givingBack)).pipe(
+              Effect.timeout(Duration.millis(answerWaitMillis)),
+              Effect.withClock(realClock),
+              Effect.ignore
+            )
+        ))
     })
   })
