@@ -1,6 +1,6 @@
 /**
  * Crash consistency (CONTRACT §8, docs/guarantees.md, docs/engines.md): operations cut off mid-way. Each test is a
- * defect found in review, failing on the current code.
+ * defect found in review, failing on the code before its fix.
  *
  * Checked and holding (no test kept): real child processes SIGKILLed in the middle of an `enqueueBatch` of 5 000,
  * inside application transactions that insert and enqueue (keyed and batched), in `ackAll` of 8 000 claims, while

@@ -1,7 +1,7 @@
 /**
  * Review: the PostgreSQL engine under connection faults and server-side interference (docs/engines.md "When the
  * server restarts or a connection is killed", docs/operations.md, docs/recipes.md "Graceful shutdown on SIGTERM",
- * docs/queues-and-locks.md). Every test here fails on the code it was written against.
+ * docs/queues-and-locks.md). Every test here failed on the code before its fix.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"

@@ -1,7 +1,7 @@
 /**
  * A review of resource hygiene: what a store leaves behind after its scope closes, and over a long life, on both
  * engines (docs/decisions.md "A store closing under its own work", docs/waking.md, docs/recipes.md "Graceful
- * shutdown on SIGTERM", docs/engines.md). Every test here fails on the current code because of a defect.
+ * shutdown on SIGTERM", docs/engines.md). Every test here failed on the code before its fix, because of a defect.
  */
 import { SqlClient } from "@effect/sql"
 import * as PgClient from "@effect/sql-pg/PgClient"

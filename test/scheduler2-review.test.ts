@@ -1,6 +1,6 @@
 /**
  * A review of the interval scheduler and its leader election (CONTRACT §5, §8; docs/scheduler-and-outbox.md).
- * Every test here fails on the current code because of a defect.
+ * Each test failed on the code before its fix, because of a defect.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"

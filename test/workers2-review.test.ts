@@ -1,7 +1,7 @@
 /**
  * Review: workers (`process`, `stream`, claimBatch/ackAll, heartbeats) under
- * handler failure, interruption and shutdown, on every engine. Only tests
- * that fail on the current code because of a defect are kept here.
+ * handler failure, interruption and shutdown, on every engine. Each test
+ * failed on the code before its fix, because of a defect.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream } from "effect"

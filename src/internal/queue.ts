@@ -208,9 +208,10 @@ export const makeQueue = <A>(
    * that write nothing end at an interruption) and an interruption seen after
    * it gives the claims back. Interruptible, the claimed rows were dropped, an
    * attempt spent, until their lease lapsed (dead, unrun, on their last).
-   * Where the statement can wait on the server (PostgreSQL), an interruption
-   * ends the caller's wait at once and the claim is given back once answered
-   * (stoppableClaim.ts).
+   * Not a stoppable claim (stoppableClaim.ts), unlike a take's: its fiber cost
+   * PostgreSQL's claim + ack ~8% (docs/performance-pg.md), and these calls
+   * do not wait for work; one whose statement waits on another session's lock
+   * ends when that statement does.
    * (`FiberRef.getAndSet`/`set` and a look at the fiber's interruptors, not
    * `Effect.locally` and `onInterrupt`: those cost a claim ~10 µs in a fresh
    * process.)
@@ -218,10 +219,8 @@ export const makeQueue = <A>(
   const claimHanded = (workerId: string, n: number) => {
     const claim = claimTraced(workerId, claimUpTo(workerId, n), (handles) => handles)
     if (!storage.claimsCanBeCutOff) return claim
-    return Effect.uninterruptibleMask((restore) => Effect.flatMap(FiberRef.getAndSet(busyWaitsInterruptible, true), (before) =>
-      Effect.flatMap(Effect.exit(
-        storage.claimsWaitOnServer ? stoppableClaim(claim, restore, engine.lifetime.background, releaseUnhanded) : claim
-      ), (claimed) =>
+    return Effect.uninterruptible(Effect.flatMap(FiberRef.getAndSet(busyWaitsInterruptible, true), (before) =>
+      Effect.flatMap(Effect.exit(claim), (claimed) =>
         Effect.zipRight(
           FiberRef.set(busyWaitsInterruptible, before),
           Exit.isFailure(claimed) ? claimed : Effect.descriptorWith((fiber) =>
@@ -232,7 +231,7 @@ export const makeQueue = <A>(
         ))))
   }
 
-  const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo, releaseUnhanded })
+  const process = makeProcess<A>({ engine, name, metrics: m, processSpan, toHandles, takeUpTo })
 
   const newJob = (resolved: ResolvedEnqueue, payload: string, at: number, traceContext: string | undefined) =>
     jobOf(name, resolved, payload, at, traceContext)

@@ -42,7 +42,8 @@ export const stoppableClaim = <H, E>(
     if (inTransactionOf(caller)) return claim
     return Effect.flatMap(Effect.runtime<never>(), (runtime) => {
       const fiber = Runtime.runFork(runtime)(claim)
-      return Effect.onInterrupt(restore(Fiber.join(fiber)), () =>
+      // `await`, not `join`: a join merges the claim fiber's FiberRefs back into the caller's, ~20 µs a claim.
+      return Effect.onInterrupt(Effect.flatMap(restore(Fiber.await(fiber)), (exit) => exit), () =>
         Effect.flatMap(
           inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))),
           (givingBack) =>

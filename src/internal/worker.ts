@@ -10,8 +10,7 @@ import { checkFunction, maxProcessConcurrency, positiveCount, validateText } fro
 import { realClock } from "./realClock.js"
 import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
-import type { Restore, TakeOptions } from "./queueInternals.js"
-import { stoppableClaim } from "./stoppableClaim.js"
+import type { TakeOptions } from "./queueInternals.js"
 import type { Quiet } from "./wake.js"
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
@@ -38,8 +37,6 @@ export interface WorkerParts<A> {
     restore: <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>,
     options?: TakeOptions<A>
   ) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError>
-  /** Gives claims back (no attempt spent). */
-  readonly releaseUnhanded: (handles: ReadonlyArray<ClaimHandle<A>>) => Effect.Effect<void>
 }
 
 /**
@@ -49,7 +46,7 @@ export interface WorkerParts<A> {
  * does not end a worker.
  */
 export const makeProcess = <A>(
-  { engine, metrics: m, name, processSpan, releaseUnhanded, takeUpTo, toHandles }: WorkerParts<A>
+  { engine, metrics: m, name, processSpan, takeUpTo, toHandles }: WorkerParts<A>
 ): Q.Queue<A>["process"] => {
   const storage = engine.queues
   const nextOfRows = (rows: ReadonlyArray<JobRow>, at: number, current: number) =>
@@ -62,8 +59,7 @@ export const makeProcess = <A>(
     handle: ClaimHandle<A>,
     workerId: string,
     onAck: ((acked: boolean) => void) | undefined,
-    onEmpty: (quiet: Quiet) => void,
-    restore: Restore
+    onEmpty: (quiet: Quiet) => void
   ) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const at = nowOf(fiber)
@@ -85,18 +81,13 @@ export const makeProcess = <A>(
           return nextOf(result.rows, at)
         }
       }
-      const fused = Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
+      // Not a stoppable claim (stoppableClaim.ts): its fiber per statement cost a PostgreSQL drain ~15% of its
+      // rate (docs/performance-pg.md). A stop waits for this statement, as for the handler's own writes.
+      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
         if (acked) m.acked(1)
         onAck?.(acked)
         return nextOf(rows, at)
       })
-      if (!storage.claimsWaitOnServer) return fused
-      // Its statement can wait on the server: a stop ends the worker's wait for it, not the statement, whose
-      // ack stands and whose claim is given back (stoppableClaim.ts).
-      return Effect.map(
-        stoppableClaim(Effect.map(fused, Option.toArray), restore, engine.lifetime.background, releaseUnhanded),
-        (handles) => Option.fromNullable(handles[0])
-      )
     })
 
   /**
@@ -192,8 +183,7 @@ export const makeProcess = <A>(
                 handle,
                 workerId,
                 span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : "lost"))),
-                onEmpty,
-                restore
+                onEmpty
               )
             }
             return Effect.as(
