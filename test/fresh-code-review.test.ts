@@ -5,44 +5,12 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Layer, Option, Redacted, Ref, Scope, Stream } from "effect"
-import Pg from "pg"
-import { PgStore, Queues } from "../src/index.js"
-import { pgDatabaseUrl } from "./contract/harness.js"
+import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream } from "effect"
+import { Queues } from "../src/index.js"
+import { otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
 
 let schemaCounter = 0
 const freshSchema = () => `fresh${process.pid}_${++schemaCounter}`
-
-const storeLayer = (settings: Partial<PgStore.PgStoreOptions> & { readonly url?: string } = {}) =>
-  Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (url) =>
-    PgStore.layer({
-      clock: "host",
-      fallbackPoll: "1 hour",
-      listenHeartbeat: "1 second",
-      ...settings,
-      url: Redacted.make(settings.url ?? url)
-    })))
-
-/** A plain connection of the test's own (another session holding locks). */
-const session = Effect.acquireRelease(
-  Effect.promise(async () => {
-    const client = new Pg.Client({ connectionString: await pgDatabaseUrl() })
-    await client.connect()
-    return client
-  }),
-  (client) => Effect.promise(() => client.end().catch(() => {}))
-)
-
-/** The queue's stats once nothing is claimed (a claim finishing in the background gives back what it took), within 2 s. */
-const settledStats = (queue: Queues.Queue<unknown>) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 100; i++) {
-      const stats = yield* queue.stats
-      if (stats.claimed === 0) return stats
-      yield* Effect.sleep("20 millis")
-    }
-    return yield* queue.stats
-  })
 
 describe("fresh code review — PostgreSQL stoppable claims", () => {
   // docs/queues-and-locks.md (Release): "`take`, `claim` and `claimBatch` interrupted (a timeout, a race) keep no
@@ -60,7 +28,7 @@ describe("fresh code review — PostgreSQL stoppable claims", () => {
       const sql = yield* SqlClient.SqlClient
       const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q"))
       yield* queue.enqueue({ n: 1 })
-      const other = yield* session
+      const other = yield* otherSession
       // Another session blocks writes to the jobs table for 1 s (as an index build does); reads go through.
       yield* Effect.promise(() => other.query(`BEGIN; LOCK TABLE ${schema}.__alkstore_jobs IN SHARE MODE`))
       const ends = yield* Effect.fork(Effect.delay(Effect.promise(() => other.query("ROLLBACK")), "1 second"))
@@ -69,7 +37,7 @@ describe("fresh code review — PostgreSQL stoppable claims", () => {
       expect(Option.isNone(got)).toBe(true)
       // observed: { claimed: 1, pending: 0 } — claimed by nobody, attempt spent, until the lease lapses
       expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 1 })
-    }).pipe(Effect.scoped, Effect.provide(storeLayer({ schema })))
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 
   // src/internal/stream.ts (makeStream TSDoc): "the claims it never handed on are released. So does the store's
@@ -83,7 +51,7 @@ describe("fresh code review — PostgreSQL stoppable claims", () => {
     const schema = freshSchema()
     return Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(storeLayer({ schema }), scope)
+      const ctx = yield* Layer.buildWithScope(pgStoreLayer({ schema }), scope)
       const queue = yield* Effect.provide(Effect.flatMap(Queues.Queues, (queues) => queues.queue("q", { visibilityTimeout: "2 seconds" })), ctx)
       const second = (yield* Effect.provide(queue.enqueueBatch([{ n: 1 }, { n: 2 }]), ctx))[1]!
       const gate = yield* Deferred.make<void>()
@@ -101,7 +69,7 @@ describe("fresh code review — PostgreSQL stoppable claims", () => {
       // Past half the second claim's lease: the stream renews it before handing it on. Another session holds its
       // row for a moment, so the renewal is in flight when the store closes.
       yield* Effect.sleep("1100 millis")
-      const other = yield* session
+      const other = yield* otherSession
       yield* Effect.promise(async () => {
         await other.query("BEGIN")
         await other.query(`SELECT 1 FROM ${schema}.__alkstore_jobs WHERE id = $1 FOR UPDATE`, [second])
@@ -114,7 +82,7 @@ describe("fresh code review — PostgreSQL stoppable claims", () => {
       yield* Fiber.await(closing)
       yield* Fiber.await(consumer)
       const row = yield* Effect.flatMap(Queues.Queues, (queues) => Effect.flatMap(queues.queue("q"), (q) => q.getJob(second))).pipe(
-        Effect.provide(storeLayer({ schema }))
+        Effect.provide(pgStoreLayer({ schema }))
       )
       // A claim handed on must still be the consumer's (observed: handed on, and pending — given back by the close).
       if ((yield* Ref.get(received)).includes(second)) {

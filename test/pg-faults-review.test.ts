@@ -5,44 +5,13 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option, Redacted } from "effect"
-import Pg from "pg"
-import { PgStore, Queues } from "../src/index.js"
+import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { Queues } from "../src/index.js"
 import { pgDatabaseUrl } from "./contract/harness.js"
+import { otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
 
 let schemaCounter = 0
 const freshSchema = () => `faults${process.pid}_${++schemaCounter}`
-
-const storeLayer = (settings: Omit<Partial<PgStore.PgStoreOptions>, "url"> & { readonly url?: string } = {}) =>
-  Layer.unwrapEffect(Effect.map(Effect.promise(pgDatabaseUrl), (url) =>
-    PgStore.layer({
-      clock: "host",
-      fallbackPoll: "1 hour",
-      listenHeartbeat: "1 second",
-      ...settings,
-      url: Redacted.make(settings.url ?? url)
-    })))
-
-/** A plain connection of the test's own to the file's database (another session holding locks). */
-const session = Effect.acquireRelease(
-  Effect.promise(async () => {
-    const client = new Pg.Client({ connectionString: await pgDatabaseUrl() })
-    await client.connect()
-    return client
-  }),
-  (client) => Effect.promise(() => client.end().catch(() => {}))
-)
-
-/** The queue's stats once nothing is claimed (a claim finishing in the background gives back what it took), within 2 s. */
-const settledStats = (queue: Queues.Queue<unknown>) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 100; i++) {
-      const stats = yield* queue.stats
-      if (stats.claimed === 0) return stats
-      yield* Effect.sleep("20 millis")
-    }
-    return yield* queue.stats
-  })
 
 describe("PostgreSQL under server-side interference", () => {
   // docs/queues-and-locks.md (Release): "`take`, `claim` and `claimBatch` interrupted (a timeout, a race) keep no
@@ -77,7 +46,7 @@ describe("PostgreSQL under server-side interference", () => {
       expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 1 })
       const job = yield* Effect.flatMap(queue.take("w"), (handle) => Effect.as(handle.ack, handle.job))
       expect(job.attempts).toBe(1)
-    }).pipe(Effect.scoped, Effect.provide(storeLayer({ schema })))
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 
   // docs/recipes.md "Graceful shutdown on SIGTERM": "interruption stops claiming, releases every claim in flight
@@ -91,7 +60,7 @@ describe("PostgreSQL under server-side interference", () => {
     return Effect.gen(function*() {
       const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q"))
       yield* queue.enqueue({ n: 1 })
-      const other = yield* session
+      const other = yield* otherSession
       yield* Effect.promise(() => other.query(`BEGIN; CREATE INDEX test_build ON ${schema}.__alkstore_jobs (created_at)`))
       const ends = yield* Effect.fork(Effect.delay(Effect.promise(() => other.query("ROLLBACK")), "3 seconds"))
       const worker = yield* Effect.fork(queue.process("w", () => Effect.void))
@@ -103,7 +72,7 @@ describe("PostgreSQL under server-side interference", () => {
       expect(elapsed).toBeLessThan(1_000) // observed: ~2 500 ms, until the other transaction ended
       // The claim left to finish once the build ended gave back what it took.
       expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 1 })
-    }).pipe(Effect.scoped, Effect.provide(storeLayer({ schema })))
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 
   // docs/operations.md "Upgrades and migrations": "Opening a store applies any pending migration — on SQLite in one
@@ -118,8 +87,8 @@ describe("PostgreSQL under server-side interference", () => {
     const schema = freshSchema()
     const role = `app_${schema}`
     return Effect.gen(function*() {
-      yield* Effect.scoped(Layer.build(storeLayer({ schema }))) // migrated by the owner
-      const owner = yield* session
+      yield* Effect.scoped(Layer.build(pgStoreLayer({ schema }))) // migrated by the owner
+      const owner = yield* otherSession
       yield* Effect.promise(async () => {
         await owner.query(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`)
         await owner.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
@@ -136,7 +105,7 @@ describe("PostgreSQL under server-side interference", () => {
       url.username = role
       url.password = "pw"
       const exit = yield* Effect.exit(Effect.scoped(Effect.gen(function*() {
-        const context = yield* Layer.build(storeLayer({ schema, url: url.toString() }))
+        const context = yield* Layer.build(pgStoreLayer({ schema, url: url.toString() }))
         return yield* Effect.gen(function*() {
           const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q"))
           yield* queue.enqueue({ n: 1 })
