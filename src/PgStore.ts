@@ -23,6 +23,8 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as PgClient from "@effect/sql-pg/PgClient"
 import { Config, type ConfigError, Effect, Layer } from "effect"
+import { fromChecked } from "./internal/duration.js"
+import { checkFilename, ownOptions } from "./internal/options.js"
 import * as importSqliteInternal from "./internal/pg/importSqlite.js"
 import * as internal from "./internal/pg/store.js"
 import { attr, traced } from "./internal/telemetry.js"
@@ -91,17 +93,16 @@ export const importSqlite = (options: {
   traced(
     "alkstore.pg.import_sqlite",
     () => ({}),
-    Effect.suspend(() => {
-      // `null` is no options: the required filename is missing (CONTRACT §2). Nothing is read before the effect runs.
-      const given: { readonly filename?: unknown; readonly schema?: string } = options ?? {}
-      if (typeof given.filename !== "string" || given.filename.length === 0) {
-        return Effect.fail(new InvalidOptions({ field: "filename", reason: "is required: the SQLite file to import" }))
+    Effect.gen(function*() {
+      // `null` is no options: the required filename is missing (CONTRACT §2). Read once, when the effect runs.
+      const given: { readonly filename?: unknown; readonly schema?: string } =
+        (yield* fromChecked(ownOptions(options))) ?? {}
+      const filename = yield* checkFilename(given.filename)
+      if (filename === "" || filename === ":memory:") {
+        return yield* new InvalidOptions({ field: "filename", reason: "is required: the SQLite file to import" })
       }
-      const filename = given.filename
-      return Effect.flatMap(
-        internal.resolveSettings({ schema: given.schema ?? "alkstore" }),
-        ({ schema }) => importSqliteInternal.importSqlite(filename, schema)
-      )
+      const { schema } = yield* internal.resolveSettings({ schema: given.schema ?? "alkstore" })
+      return yield* importSqliteInternal.importSqlite(filename, schema)
     }),
     (imported, span) => span.attribute(attr.count, imported.jobs)
   )

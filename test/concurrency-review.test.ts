@@ -1,6 +1,6 @@
 /**
  * Review: many fibers sharing one store in one process, and the application's own use of the same client
- * (transactions held open and rolled back). The test failed on the code before its fix.
+ * (transactions held open and rolled back, work forked inside them). Each test failed on the code before its fix.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -47,6 +47,29 @@ for (const engine of [sqliteOwned, pgOwned, pgFromClient]) {
         expect(yield* first.ack).toBe(true) // the slot frees
         const got = yield* Effect.exit(guard(3000, Fiber.join(taker)))
         expect(Exit.map(got, (handle) => handle.job.payload)).toEqual(Exit.succeed("b"))
+      }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
+  })
+}
+
+for (const engine of [sqliteOwned, pgOwned]) {
+  describe(`a worker forked inside the application's transaction — ${engine.name}`, () => {
+    // docs/engines.md "Transactions": long-lived work is not part of the transaction it was started in. A `process`
+    // worker forked inside `sql.withTransaction` inherited that transaction's connection: once the transaction
+    // committed, the SQLite store refused every one of its statements ("SQLite rolled back this transaction…")
+    // and the worker handled nothing, ever; on PostgreSQL its statements ran on the connection in whatever
+    // transaction it was later in.
+    it.live("handles the queue's jobs after that transaction committed", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const queue = yield* (yield* Queues.Queues).queue("forked-worker")
+        const handled = yield* Deferred.make<unknown>()
+        const worker = yield* sql.withTransaction(
+          Effect.forkDaemon(queue.process("w", (job) => Deferred.succeed(handled, job.payload)))
+        )
+        yield* queue.enqueue("after")
+        const got = yield* Effect.exit(guard(3000, Deferred.await(handled)))
+        yield* Fiber.interrupt(worker)
+        expect(got).toEqual(Exit.succeed("after"))
       }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
   })
 }

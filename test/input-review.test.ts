@@ -3,30 +3,13 @@
  * test here failed on the code it was written against, each for a defect of its own.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, type Duration, Effect, Exit, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import * as fs from "node:fs"
 import { Admin, EffectStores, Locks, Outbox, PgStore, Queues, Scheduler, SqliteStore } from "../src/index.js"
 import { freshFile, pgOwned, sqliteOwned } from "./contract/harness.js"
 import { jobCount, lockCount, type StoreServices } from "./contract/support.js"
+import { outcome } from "./support/outcome.js"
 
-/**
- * How an entry point answered: `"ok"`, `"<Tag>:<field>"` for a typed failure, `"defect: …"` for a die, or
- * `"thrown: …"` when calling it threw before any Effect was returned. Bounded by a real-time guard.
- */
-const outcome = (call: () => Effect.Effect<unknown, unknown, any>, guard: Duration.DurationInput = "3 seconds") =>
-  Effect.gen(function*() {
-    let effect: Effect.Effect<unknown, unknown, never>
-    try {
-      effect = call() as Effect.Effect<unknown, unknown, never>
-    } catch (cause) {
-      return `thrown: ${String(cause)}`
-    }
-    const exit = yield* Effect.exit(Effect.timeout(effect, guard))
-    if (Exit.isSuccess(exit)) return "ok"
-    const failure = Option.getOrUndefined(Cause.failureOption(exit.cause)) as { _tag?: string; field?: string } | undefined
-    if (failure !== undefined) return `${failure._tag}:${failure.field ?? ""}`
-    return `defect: ${Cause.pretty(exit.cause).split("\n")[0]}`
-  })
 
 /** A job's state and attempts as stored (`"absent"` once gone). */
 const jobState = (queue: Queues.Queue<unknown>, id: number) =>

@@ -13,7 +13,7 @@ import {
 } from "./duration.js"
 import { failureText } from "./errorText.js"
 import type { NewJob } from "./engine.js"
-import { fitsStorage, isWellFormed, notWellFormedReason, nulReason, tooLongReason } from "./names.js"
+import { fitsStorage, isWellFormed, notWellFormedReason, nulReason, printable, tooLongReason } from "./names.js"
 
 /** The contract defaults of a queue handle (CONTRACT §3), also stamped on scheduler fires. */
 export const queueDefaults: Stamp = {
@@ -92,18 +92,43 @@ export const unreadableOptions = (cause: unknown) =>
   new InvalidOptions({ field: "options", reason: `could not be read: ${failureText(cause)}` })
 
 /**
- * An options object as a plain copy of its own fields, read once: a getter
- * that throws is `InvalidOptions` on "options", never a defect; `null` is no
- * options (`undefined`); a primitive is read as having no fields.
+ * An options object as a plain copy of what it answers, read once: its own
+ * fields and those its class gives it (getters, inherited fields; not its
+ * class's methods). A getter that throws (or a Proxy's trap) is
+ * `InvalidOptions` on "options", never a defect; `null` is no options
+ * (`undefined`); a primitive is read as having no fields.
  */
 export const ownOptions = <O>(options: O | null | undefined): Checked<O | undefined> => {
   if (options === undefined || options === null) return undefined
   if (typeof options !== "object") return options
   try {
-    return { ...options }
+    const copy: Record<string, unknown> = {}
+    for (let level: object | null = options; level !== null && level !== Object.prototype; level = Object.getPrototypeOf(level)) {
+      const own = level === options
+      for (const key of Object.getOwnPropertyNames(level)) {
+        if (key in copy) continue
+        // From the class: its getters and fields, not its methods (nor its constructor).
+        if (!own && typeof Object.getOwnPropertyDescriptor(level, key)?.value === "function") continue
+        copy[key] = (options as Record<string, unknown>)[key]
+      }
+    }
+    return copy as O
   } catch (cause) {
     return unreadableOptions(cause)
   }
+}
+
+/**
+ * A SQLite file to open, checked before anything is opened: SQLite cuts a
+ * path at a NUL (`x.db\0.bak` would open `x.db`), and a lone surrogate is
+ * written as another byte name than the one given.
+ */
+export const checkFilename = (filename: unknown): Effect.Effect<string, InvalidOptions> => {
+  const invalid = (reason: string) => Effect.fail(new InvalidOptions({ field: "filename", reason }))
+  if (typeof filename !== "string") return invalid(`is required: a path, ":memory:" or "" (got ${printable(filename)})`)
+  if (filename.includes("\u0000")) return invalid("must not contain NUL (U+0000): SQLite would open the path cut at it")
+  if (!isWellFormed(filename)) return invalid(notWellFormedReason)
+  return Effect.succeed(filename)
 }
 
 /** A check of a function argument that must be a function (a handler, a delivery): before anything is claimed. */

@@ -4,7 +4,6 @@ import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid } from "./duration.js"
-import { failureText } from "./errorText.js"
 import { type EngineShape, type Fence, type NewJob, signalOnCommit } from "./engine.js"
 import {
   checkEnqueue,
@@ -23,9 +22,11 @@ import type { FlowProbe } from "./engine.js"
 import { makeInspection } from "./queueInspection.js"
 import { makeProcess } from "./worker.js"
 import { makeStream } from "./stream.js"
+import { makeAckAll } from "./ackAll.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
 import { busyWaitsInterruptible, givingBack } from "./patience.js"
 import { stoppableClaim } from "./stoppableClaim.js"
+import { outsideTransactions } from "./transactionOwner.js"
 import {
   ackClaimWithin,
   claimWithin,
@@ -303,17 +304,6 @@ export const makeQueue = <A>(
     })
   }
 
-  /** What `ackAll` says of anything that is not a claim handle of this queue (a `Job`, `{}`, `null`). */
-  const notHandle = (value: unknown) => {
-    const fence = (value as Partial<ClaimHandle<A>> | null | undefined)?.fence
-    return new InvalidOptions({
-      field: "handles",
-      reason: fence === undefined
-        ? "must be claim handles (a Job is not its handle)"
-        : `a handle of job ${fence.id} was not claimed from queue ${name}`
-    })
-  }
-
   const claimTraced = <X, E>(
     workerId: string,
     effect: Effect.Effect<X, E>,
@@ -367,43 +357,7 @@ export const makeQueue = <A>(
       Effect.zipRight(checkWorker(workerId), Effect.map(claimHanded(workerId, 1), (handles) => Option.fromNullable(handles[0]))),
     claimBatch: (workerId, n) =>
       Effect.zipRight(Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)), claimHanded(workerId, n)),
-    ackAll: (handles) =>
-      Effect.suspend((): Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError> => {
-        const fences: Array<Fence> = []
-        // A traced stream's claims, whose own spans end with their outcomes (none untraced).
-        let spanned: Array<[ClaimHandle<A>, number]> | undefined
-        try {
-          for (const handle of handles) {
-            // The handle's own queue name as its caller gave it, not one read back from the row
-            // (nor `handle.job`: a batch acked unread never builds its jobs).
-            const { fence, queueName } = (handle ?? {}) as Partial<ClaimHandle<A>>
-            if (fence === undefined || queueName !== name) return Effect.fail(notHandle(handle))
-            if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
-            fences.push(fence)
-          }
-        } catch (cause) {
-          // Not iterable, or an iterable that threw: nothing acked.
-          return Effect.fail(new InvalidOptions({ field: "handles", reason: `could not be read: ${failureText(cause)}` }))
-        }
-        if (fences.length === 0) return Effect.succeed([])
-        const acked = Effect.map(storage.ackMany(fences), (results) => {
-          let n = 0
-          for (const ok of results) if (ok) n++
-          if (n > 0) m.acked(n)
-          return results
-        }).pipe(
-          Effect.tap((results) => (results.includes(true) ? ackFreed : Effect.void)),
-          Effect.tap((results) =>
-            spanned === undefined
-              ? Effect.void
-              : Effect.forEach(spanned, ([handle, i]) => handle.endJobSpan(results[i] ? "acked" : "lost"), { discard: true })
-          )
-        )
-        return traced("alkstore.queue.ack_all", queueAttributes, acked, (results, span) => {
-          span.attribute(attr.count, results.length)
-          span.attribute("alkstore.acked", results.filter((ok) => ok).length)
-        })
-      }),
+    ackAll: makeAckAll<A>({ name, storage, metrics: m, freed: ackFreed }),
     // The read and the claim run uninterruptibly (only the wait is restored): an interruption that lands
     // meanwhile is seen as the handle is handed out, and gives the claim back (no attempt spent) rather
     // than leaving it claimed, unseen, until its lease lapses.
@@ -417,7 +371,8 @@ export const makeQueue = <A>(
     [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced, onStoreClose: engine.lifetime.onClose }),
     // Stopped by the store's close, while its connection still works (lifetime.ts).
-    process: (workerId, handler, opts) => engine.lifetime.supervise(process(workerId, handler, opts)),
+    // Never inside the transaction it may have been started in (transactionOwner.ts).
+    process: (workerId, handler, opts) => engine.lifetime.supervise(outsideTransactions(process(workerId, handler, opts))),
     ...makeInspection<A>(engine, name, freed)
   }
 }

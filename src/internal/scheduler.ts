@@ -7,6 +7,7 @@ import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit
 import { fromChecked, instantAfter, optionalDurationMillis } from "./duration.js"
 import { acquireLock, keepRenewed } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
+import { outsideTransactions } from "./transactionOwner.js"
 import { ownOptions, queueDefaults, safeInteger, validateText } from "./options.js"
 import { givingBack } from "./patience.js"
 import { encodeJson } from "./payload.js"
@@ -314,7 +315,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
   return {
     schedule,
     unschedule,
-    runSchedules: engine.lifetime.supervise(runSchedules),
-    runAsStandby: engine.lifetime.supervise(runAsStandby)
+    runSchedules: engine.lifetime.supervise(outsideTransactions(runSchedules)),
+    runAsStandby: engine.lifetime.supervise(outsideTransactions(runAsStandby))
   }
 })

@@ -4,7 +4,8 @@ import type { InvalidOptions } from "../StoreError.js"
 import { type ClaimHandle, jobAttributes } from "./handle.js"
 import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { storeClosedError } from "./lifetime.js"
-import { positiveCount, validateText } from "./options.js"
+import { fromChecked } from "./duration.js"
+import { ownOptions, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
 import { attr, linkOf, tracing } from "./telemetry.js"
 
@@ -62,7 +63,7 @@ export const makeStream = <A>(
 (workerId, opts) =>
   Stream.unwrapScoped(Effect.gen(function*() {
     yield* validateText("workerId", workerId)
-    const batch = yield* positiveCount("batch", opts?.batch ?? 1)
+    const batch = yield* positiveCount("batch", (yield* fromChecked(ownOptions(opts)))?.batch ?? 1)
     const traces = yield* Effect.withFiberRuntime((fiber) => Effect.succeed(tracing(fiber)))
     const clock = yield* Effect.clock
     let held: ReadonlyArray<ClaimHandle<A>> = []

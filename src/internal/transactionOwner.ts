@@ -1,7 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
-import { type Context, Effect, type Fiber } from "effect"
+import { Context, Effect, type Fiber, FiberRef } from "effect"
 
 /**
  * "Is this transaction mine?", which every engine answers for itself.
@@ -53,3 +53,14 @@ export const otherTransactionError = (): SqlError =>
       "database), nor quietly outside a transaction the caller believes they are part of. Call it outside " +
       "that transaction (before it, or after it commits)."
   })
+
+/**
+ * `effect` outside any transaction its fiber was started in: long-lived work
+ * (a `process` worker, a scheduler runner) forked inside an application's
+ * transaction outlives it, and with that transaction's connection in its
+ * context its statements would run on that connection in whatever state it
+ * is in later — inside another fiber's transaction, or in none (on SQLite the
+ * store refused them: such a worker handled nothing, ever).
+ */
+export const outsideTransactions = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.locallyWith(effect, FiberRef.currentContext, Context.omit(SqlClient.TransactionConnection))

@@ -3,10 +3,10 @@ import { Clock, Context, Duration, Effect, Exit, Fiber, Option, type Tracer } fr
 import type * as Q from "../Queues.js"
 import type { InvalidOptions } from "../StoreError.js"
 import type { EngineShape, JobRow } from "./engine.js"
-import { maxRenewalMillis } from "./duration.js"
+import { fromChecked, maxRenewalMillis } from "./duration.js"
 import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
-import { checkFunction, maxProcessConcurrency, positiveCount, validateText } from "./options.js"
+import { checkFunction, maxProcessConcurrency, ownOptions, positiveCount, validateText } from "./options.js"
 import { realClock } from "./realClock.js"
 import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
@@ -129,9 +129,10 @@ export const makeProcess = <A>(
   const process = <E, R>(
     workerId: string,
     handler: (job: Q.Job<A>, handle: Q.JobHandle<A>) => Effect.Effect<void, E, R>,
-    opts?: Q.ProcessOpts
+    given?: Q.ProcessOpts
   ): Effect.Effect<never, InvalidOptions | Q.WaitError, R> =>
     Effect.gen(function*() {
+      const opts = yield* fromChecked(ownOptions(given)) // read once: a throwing getter is InvalidOptions
       yield* checkWorker(workerId)
       // Before any claim: a handler that is not a function would spend every claimed job's attempt.
       yield* checkFunction("handler", handler)

@@ -178,7 +178,7 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       if (existing!.used) {
         return yield* new SqlError({
           cause: new Error("not empty"),
-          message: `The PostgreSQL store in schema ${schema} has been used: import into a fresh one`
+          message: `The PostgreSQL store in schema ${schema} has been used (or an import into it was cut off): import into a fresh one`
         })
       }
       yield* copy("__alkstore_jobs", read.jobColumns, read.jobs, "OVERRIDING SYSTEM VALUE", { trace_context: "text" })
@@ -192,11 +192,12 @@ export const importSqlite = (filename: string, schema: string): Effect.Effect<Im
       let high = 0
       for (const { mark } of read.marks) high = Math.max(high, mark)
       for (const row of read.jobs) high = Math.max(high, Number(row.id))
-      // RESTART, not `setval`: `setval` is never rolled back, so an import rolled back after it (its COMMIT cut
-      // off) left the sequence moved and the store refused as used by every retry. `ALTER … RESTART` is
-      // transactional; the next id handed out is `high + 1`.
+      // `setval`, which needs only UPDATE on the sequence (the application's role may import) and marks it
+      // used, so the schema is never imported into again (ids handed out twice). It is not rolled back: an
+      // import cut off after it leaves the schema refused as used (docs/engines.md). `ALTER … RESTART`, which
+      // is, needs the table's owner and leaves the sequence reading as never used.
       if (high > 0) {
-        yield* sql.unsafe(`ALTER TABLE ${schema}.__alkstore_jobs ALTER COLUMN id RESTART WITH ${Math.trunc(high) + 1}`)
+        yield* sql.unsafe(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint)`, [`${schema}.__alkstore_jobs`, high])
       }
       return { jobs: read.jobs.length, schedules: read.schedules.length, locks: read.locks.length }
     })).pipe(

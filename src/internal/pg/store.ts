@@ -7,7 +7,8 @@ import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
 import Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
-import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { fromChecked, optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { ownOptions } from "../options.js"
 import { schemaNameProblem } from "./schemaName.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeLifetime } from "../lifetime.js"
@@ -258,9 +259,10 @@ const withClock = <E, R>(
 export interface PgStoreOptions extends StoreSettings, PgClient.PgClientConfig {}
 
 export const layer = (
-  options: PgStoreOptions
+  given: PgStoreOptions
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =>
   withClock(Effect.gen(function*() {
+    const options: PgStoreOptions = (yield* fromChecked(ownOptions(given))) ?? {} // read once; `null` is no options
     const settings = yield* resolveSettings(options)
     // A pool of no connection never answers `PgClient.make`'s first query, and its wait cannot be interrupted.
     const max = options.maxConnections
@@ -282,7 +284,7 @@ export const layerFromClient = (
   given: StoreSettings = {}
 ): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, PgClient.PgClient> =>
   withClock(Effect.gen(function*() {
-    const options = given ?? {} // `null` is no options (CONTRACT §2)
+    const options: StoreSettings = (yield* fromChecked(ownOptions(given))) ?? {} // read once; `null` is no options
     const settings = yield* resolveSettings(options)
     const client = yield* PgClient.PgClient
     const built = yield* buildMechanisms(client, settings, options)

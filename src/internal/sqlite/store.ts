@@ -5,7 +5,8 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, FiberSet, Layer, type Scope } from "effect"
 import * as path from "node:path"
 import { DatabaseReplaced, InvalidOptions } from "../../StoreError.js"
-import { optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { fromChecked, optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { checkFilename, ownOptions } from "../options.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
 import { makeLifetime } from "../lifetime.js"
 import { makeMechanisms, type Mechanisms } from "../mechanisms.js"
@@ -27,7 +28,6 @@ import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
 import { countHoldersBuried } from "../telemetry.js"
-import { isWellFormed, notWellFormedReason, printable } from "../names.js"
 
 /**
  * Engine settings a store accepts (all optional). Those the store waits in
@@ -176,24 +176,12 @@ const maxBusyTimeoutMillis = 2_147_483_647
 
 const isFile = (filename: string) => filename !== "" && filename !== ":memory:"
 
-/**
- * The file to open, checked before anything is opened: SQLite cuts a path at
- * a NUL (`x.db\0.bak` would open `x.db`), and a lone surrogate is written as
- * another byte name than the one given.
- */
-const checkFilename = (filename: unknown): Effect.Effect<string, InvalidOptions> => {
-  const invalid = (reason: string) => Effect.fail(new InvalidOptions({ field: "filename", reason }))
-  if (typeof filename !== "string") return invalid(`is required: a path, ":memory:" or "" (got ${printable(filename)})`)
-  if (filename.includes("\u0000")) return invalid("must not contain NUL (U+0000): SQLite would open the path cut at it")
-  if (!isWellFormed(filename)) return invalid(notWellFormedReason)
-  return Effect.succeed(filename)
-}
-
 export const layer = (
   given: SqliteStoreOptions
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient, SqlError | MigrationError | InvalidOptions> =>
   Layer.scopedContext(Effect.gen(function*() {
-    const options: SqliteStoreOptions = given ?? {} // `null` is no options (CONTRACT §2): the filename is missing
+    // `null` is no options (CONTRACT §2): the filename is missing. Read once (`ownOptions`).
+    const options: SqliteStoreOptions = (yield* fromChecked(ownOptions(given))) ?? ({} as SqliteStoreOptions)
     yield* checkFilename(options.filename)
     const settings = yield* resolveSettings(options)
     const busyTimeout = (yield* optionalDurationMillis("busyTimeout", options.busyTimeout)) ?? 5
@@ -280,10 +268,10 @@ const threadErrorText = (cause: unknown): string => {
 }
 
 export const layerFromClient = (
-  options: StoreSettings = {}
+  given: StoreSettings = {}
 ): Layer.Layer<Mechanisms, SqlError | MigrationError | InvalidOptions, SqlClient.SqlClient> =>
   Layer.scopedContext(Effect.gen(function*() {
-    const settings = yield* resolveSettings(options ?? {}) // `null` is no options (CONTRACT §2)
+    const settings = yield* resolveSettings((yield* fromChecked(ownOptions(given))) ?? {}) // `null` is no options (CONTRACT §2)
     const client = yield* SqlClient.SqlClient
     const executor = yield* fromClient(client, retryBusy(Duration.millis(settings.busyPatienceMillis)))
     const main = mainFileIn(yield* executor.all<{ name: string; file: string }>("PRAGMA database_list", []))
