@@ -212,8 +212,9 @@ export interface Queue<A = unknown> {
    * Acks many claims of this queue in one transaction (a `claimBatch`, or
    * handles of a `stream` gathered with `Stream.groupedWithin`): for each handle, in order, whether its claim still
    * owned the job — `handle.ack` for each, one commit for all. A handle
-   * claimed from another queue is an `InvalidOptions` (`"handles"`), and
-   * nothing is acked.
+   * claimed from another queue (another store's of the same name included),
+   * or anything that is not a claim handle, is an `InvalidOptions`
+   * (`"handles"`), and nothing is acked.
    */
   readonly ackAll: (handles: Iterable<JobHandle<A>>) => Effect.Effect<ReadonlyArray<boolean>, InvalidOptions | SqlError>
   /** Waits (without polling) until a job is claimable, and claims it. */

@@ -23,7 +23,7 @@ const notHandle = (name: string, value: unknown) => {
     field: "handles",
     reason: fence === undefined
       ? "must be claim handles (a Job is not its handle)"
-      : `a handle of job ${fence.id} was not claimed from queue ${name}`
+      : `a handle of job ${fence.id} was not claimed from queue ${name} of this store`
   })
 }
 
@@ -42,8 +42,9 @@ export const makeAckAll = <A>({ freed, metrics: m, name, storage }: AckAllParts)
       for (const handle of handles) {
         // The handle's own queue name as its caller gave it, not one read back from the row
         // (nor `handle.job`: a batch acked unread never builds its jobs).
-        const { fence, queueName } = (handle ?? {}) as Partial<ClaimHandle<A>>
-        if (fence === undefined || queueName !== name) return Effect.fail(notHandle(name, handle))
+        // And the store's own: another store's queue of the same name has the same fences for other jobs.
+        const { fence, queueName, storage: claimedIn } = (handle ?? {}) as Partial<ClaimHandle<A>>
+        if (fence === undefined || queueName !== name || claimedIn !== storage) return Effect.fail(notHandle(name, handle))
         if ((handle as ClaimHandle<A>).jobSpan !== undefined) (spanned ??= []).push([handle as ClaimHandle<A>, fences.length])
         fences.push(fence)
       }

@@ -113,6 +113,8 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
   readonly row: JobRow
   /** The name of the queue the claim was made on, as its caller gave it (never read back from the row). */
   readonly queueName: string
+  /** The store's queue storage the claim was made in: a handle of another store's queue of that name is not one. */
+  readonly storage: QueueStorage
   /**
    * The claim's own consumer span while a traced `stream` holds it out (set as it is handed on): the parent of
    * the handle's operations' spans, ended with the outcome by the operation that settles the claim.
@@ -200,6 +202,7 @@ export const makeHandles = <A>(
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
     readonly queueName = queueName
+    readonly storage = storage
     jobSpan: Tracer.Span | undefined = undefined
     private view: Q.Job<A> | undefined
     /** The lease end this handle set last: its claim's, then each heartbeat's. */

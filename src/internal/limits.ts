@@ -3,7 +3,7 @@ import type * as Q from "../Queues.js"
 import { fromChecked } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { validateName } from "./names.js"
-import { checkLimits, ownOptions, type ResolvedLimits } from "./options.js"
+import { checkLimits, ownOptions, readingOptions, type ResolvedLimits } from "./options.js"
 import { attr, traced } from "./telemetry.js"
 
 /** Stored limits as the public shape (only the limits that are set). */
@@ -27,7 +27,7 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
     traced("alkstore.queue.set_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
       yield* validateName(name)
       const read = yield* fromChecked(ownOptions(limits)) // read once: a throwing getter is InvalidOptions
-      const resolved = yield* fromChecked(checkLimits(read as Parameters<typeof checkLimits>[0]))
+      const resolved = yield* fromChecked(readingOptions(() => checkLimits(read as Parameters<typeof checkLimits>[0])))
       const now = yield* Clock.currentTimeMillis
       yield* engine.flow.set(name, resolved, now)
       engine.flow.memory.saw(name, true)

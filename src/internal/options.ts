@@ -91,6 +91,15 @@ export const validateText = (field: string, value: string): Effect.Effect<string
 export const unreadableOptions = (cause: unknown) =>
   new InvalidOptions({ field: "options", reason: `could not be read: ${failureText(cause)}` })
 
+/** `check`, whose reads of nested options may throw (a getter of `rate`): InvalidOptions on "options" then. */
+export const readingOptions = <A>(check: () => Checked<A>): Checked<A> => {
+  try {
+    return check()
+  } catch (cause) {
+    return unreadableOptions(cause)
+  }
+}
+
 /**
  * An options object as a plain copy of what it answers, read once: its own
  * fields and those its class gives it (getters, inherited fields; not its
@@ -98,7 +107,11 @@ export const unreadableOptions = (cause: unknown) =>
  * `InvalidOptions` on "options", never a defect; `null` is no options
  * (`undefined`); a primitive is read as having no fields.
  */
-export const ownOptions = <O>(options: O | null | undefined): Checked<O | undefined> => {
+export const ownOptions = <O>(
+  options: O | null | undefined,
+  /** Keep functions the class gives (settings that are functions, as a PostgreSQL client's `transformQueryNames`). */
+  keepMethods = false
+): Checked<O | undefined> => {
   if (options === undefined || options === null) return undefined
   if (typeof options !== "object") return options
   try {
@@ -106,10 +119,18 @@ export const ownOptions = <O>(options: O | null | undefined): Checked<O | undefi
     for (let level: object | null = options; level !== null && level !== Object.prototype; level = Object.getPrototypeOf(level)) {
       const own = level === options
       for (const key of Object.getOwnPropertyNames(level)) {
-        if (key in copy) continue
+        if (Object.hasOwn(copy, key)) continue
         // From the class: its getters and fields, not its methods (nor its constructor).
-        if (!own && typeof Object.getOwnPropertyDescriptor(level, key)?.value === "function") continue
-        copy[key] = (options as Record<string, unknown>)[key]
+        if (!own && (key === "constructor" || (!keepMethods && typeof Object.getOwnPropertyDescriptor(level, key)?.value === "function"))) {
+          continue
+        }
+        // Defined, not assigned: a field named `__proto__` stays a field.
+        Object.defineProperty(copy, key, {
+          value: (options as Record<string, unknown>)[key],
+          enumerable: true,
+          writable: true,
+          configurable: true
+        })
       }
     }
     return copy as O

@@ -11,6 +11,8 @@ export interface BackingShape {
   readonly persistedQueue: PersistedQueueStorage
   readonly rateLimiter: RateLimiterStorage
   readonly transaction: EngineShape["transaction"]
+  /** Registers what the store's close must give back while its connection works (`Lifetime.onClose`). */
+  readonly onStoreClose: EngineShape["lifetime"]["onClose"]
 }
 
 export class Backing extends Context.Tag("alkstore/EffectStores/Backing")<Backing, BackingShape>() {}
@@ -18,5 +20,6 @@ export class Backing extends Context.Tag("alkstore/EffectStores/Backing")<Backin
 export const backingOf = (engine: EngineShape): BackingShape => ({
   persistedQueue: engine.persistedQueue,
   rateLimiter: engine.rateLimiter,
-  transaction: engine.transaction
+  transaction: engine.transaction,
+  onStoreClose: engine.lifetime.onClose
 })

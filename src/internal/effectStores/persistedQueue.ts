@@ -115,7 +115,7 @@ export const make = (
     // Takes holding an element: whether a claim or a settle may have company (others would settle soon).
     const othersHolding = () => open.size > 0
     const settles = settleGroup(backing, othersHolding)
-    const prefetch = yield* makePrefetch<Held>((held) => settled("releasing")(releaseAll(backing, held)))
+    const prefetch = yield* makePrefetch<Held>((held) => settled("releasing")(releaseAll(backing, held)), backing.onStoreClose)
     const known = new Map<string, Known>()
     const knownOf = (name: string): Effect.Effect<Known, PersistedQueue.PersistedQueueError> => {
       const found = known.get(name)

@@ -121,7 +121,9 @@ export interface Prefetch<H> {
  * claimable by every process. The store's close releases what is held.
  */
 export const makePrefetch = <H>(
-  release: (handles: ReadonlyArray<H>) => Effect.Effect<void>
+  release: (handles: ReadonlyArray<H>) => Effect.Effect<void>,
+  /** The store's close: it gives back what is held too, while its connection works (the store may close first). */
+  onStoreClose: (cleanup: Effect.Effect<void>) => Effect.Effect<void, never, Scope.Scope>
 ): Effect.Effect<Prefetch<H>, never, Scope.Scope> =>
   Effect.gen(function*() {
     const occupied = new Set<PrefetchSlot<H>>()
@@ -165,16 +167,17 @@ export const makePrefetch = <H>(
     yield* Effect.forkScoped(Effect.interruptible(Effect.forever(
       Effect.zipRight(Effect.zipRight(doorbell, nextTurn), Effect.uninterruptible(sweep))
     )))
-    yield* Effect.addFinalizer(() =>
-      Effect.suspend(() => {
-        closed = true
-        const all: Array<H> = later
-        later = []
-        for (const slot of occupied) slot.evict(Number.POSITIVE_INFINITY, all)
-        occupied.clear()
-        return all.length === 0 ? Effect.void : release(all)
-      })
-    )
+    // Whichever closes first — this layer or the store under it — gives back everything held, once.
+    const giveBackAll = Effect.suspend(() => {
+      closed = true
+      const all: Array<H> = later
+      later = []
+      for (const slot of occupied) slot.evict(Number.POSITIVE_INFINITY, all)
+      occupied.clear()
+      return all.length === 0 ? Effect.void : release(all)
+    })
+    yield* Effect.addFinalizer(() => giveBackAll)
+    yield* onStoreClose(giveBackAll)
 
     const hold = (slot: PrefetchSlot<H>, handles: ReadonlyArray<H>): Effect.Effect<void> => {
       if (handles.length === 0) return Effect.void

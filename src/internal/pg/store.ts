@@ -3,11 +3,13 @@ import type { MigrationError } from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import { Clock, Context, Effect, Layer, Redacted, type Scope } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Redacted, type Scope } from "effect"
 import Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
 import { fromChecked, optionalDurationMillis, waitSettingMillis } from "../duration.js"
+import { stopPatienceMillis } from "../patience.js"
+import { realClock } from "../realClock.js"
 import { ownOptions } from "../options.js"
 import { schemaNameProblem } from "./schemaName.js"
 import { defaultSettings, type EngineSettings, type EngineShape } from "../engine.js"
@@ -198,6 +200,15 @@ export interface Built {
 }
 
 /** Migrates, then builds the engine and every mechanism over `client`. */
+/** Until no statement of the store's is on its way (at most `stopPatienceMillis` of real time). */
+const untilIdle = (executor: PgExecutor) =>
+  Effect.suspend(() => (executor.inFlight() === 0 ? Effect.void : Effect.sleep(Duration.millis(5)))).pipe(
+    Effect.repeat({ until: () => executor.inFlight() === 0 }),
+    Effect.timeout(Duration.millis(stopPatienceMillis)),
+    Effect.ignore,
+    Effect.withClock(realClock)
+  )
+
 export const buildMechanisms = (
   client: PgClient.PgClient,
   settings: ResolvedSettings,
@@ -206,6 +217,10 @@ export const buildMechanisms = (
   Effect.gen(function*() {
     const instanceId = crypto.randomUUID()
     const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""), { prepare: settings.prepare })
+    // Closed after the store's own work stopped (registered before it), and before a pool the store owns ends:
+    // `pg-pool` drops the requests still waiting for a connection when it ends, never answering them, so an
+    // operation in flight as the store closed (a consume, an enqueue) waited for ever. Bounded (real time).
+    yield* Effect.addFinalizer(() => untilIdle(executor))
     const { schema } = settings
     yield* migrate(executor, schema)
     if (settings.prepare) yield* followTableSizes(executor, schema, settings.planCheckMillis)
@@ -262,7 +277,8 @@ export const layer = (
   given: PgStoreOptions
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =>
   withClock(Effect.gen(function*() {
-    const options: PgStoreOptions = (yield* fromChecked(ownOptions(given))) ?? {} // read once; `null` is no options
+    // Read once; `null` is no options. The client's settings may be functions its class gives (`transformQueryNames`).
+    const options: PgStoreOptions = (yield* fromChecked(ownOptions(given, true))) ?? {}
     const settings = yield* resolveSettings(options)
     // A pool of no connection never answers `PgClient.make`'s first query, and its wait cannot be interrupted.
     const max = options.maxConnections
