@@ -3,13 +3,16 @@ import type { Restore } from "./queueInternals.js"
 import { realClock } from "./realClock.js"
 import { inTransactionOf } from "./transactionOwner.js"
 
+/** How long an interrupted caller waits for its claim's answer, and the give-back, before leaving them to the background. */
+export const answerWaitMillis = 250
+
 /**
  * A claim whose statement can wait on the server (PostgreSQL: a row or
  * table lock another session holds — an application's open transaction on
  * a queue's limits row, an index build — or a pool with no connection free)
  * for as long as that lasts, made stoppable: it runs in a fiber of its own,
  * its caller waits for it through `restore`, and an interruption ends that
- * wait at once. The statement itself is not cut off — an answer lost after
+ * wait (within `answerWaitMillis`). The statement itself is not cut off — an answer lost after
  * it committed would leave its jobs claimed, an attempt spent, until their
  * lease lapsed — but finishes in the background (`inBackground`: the store's
  * close waits for it), and whatever it claimed is given back (`giveBack`, no
@@ -29,9 +32,6 @@ import { inTransactionOf } from "./transactionOwner.js"
  * ended, the connection gone back to the pool), and a give-back there
  * belongs in the same transaction.
  */
-/** How long an interrupted caller waits for its claim's answer, and the give-back, before leaving them to the background. */
-export const answerWaitMillis = 250
-
 export const stoppableClaim = <H, E>(
   claim: Effect.Effect<ReadonlyArray<H>, E>,
   restore: Restore,

@@ -199,7 +199,6 @@ export interface Built {
   readonly clock: Clock.Clock | undefined
 }
 
-/** Migrates, then builds the engine and every mechanism over `client`. */
 /** Until no statement of the store's is on its way (at most `stopPatienceMillis` of real time). */
 const untilIdle = (executor: PgExecutor) =>
   Effect.suspend(() => (executor.inFlight() === 0 ? Effect.void : Effect.sleep(Duration.millis(5)))).pipe(
@@ -209,6 +208,7 @@ const untilIdle = (executor: PgExecutor) =>
     Effect.withClock(realClock)
   )
 
+/** Migrates, then builds the engine and every mechanism over `client`. */
 export const buildMechanisms = (
   client: PgClient.PgClient,
   settings: ResolvedSettings,
