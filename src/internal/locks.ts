@@ -1,11 +1,11 @@
-import { Clock, DateTime, Duration, Effect, Option, Schedule } from "effect"
+import { Clock, DateTime, Duration, Effect, Exit, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
 import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
 import { durationMillis, fromChecked, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
 import { Engine, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { ownOptions, validateText } from "./options.js"
-import { givingBack } from "./patience.js"
+import { givingBack, patienceCapMillis, releasePatienceMillis } from "./patience.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -148,17 +148,18 @@ export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) => {
 
 /**
  * Gives a `withLock`'s lock back as it ends: best effort (a failure leaves it
- * to lapse with its lease), and a busy SQLite file is waited out for at most
- * `releasePatienceMillis` — a stop, the store's close included, waits on it.
+ * to lapse with its lease). After a body that ended by itself the release
+ * takes as long as it takes (a busy SQLite file waited out for at most
+ * `releasePatienceMillis`); a stop — the store's close included — waits for
+ * it only so long (`givingBack`).
  */
-const letGo = (name: string, handle: L.LockHandle) =>
-  givingBack(
-    handle.release.pipe(
-      Effect.catchAll((error) => Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error))
-    ),
-    undefined,
-    `lock ${name}`
+const letGo = (name: string, handle: L.LockHandle, stopped: boolean) => {
+  const release = handle.release.pipe(
+    Effect.catchAll((error) => Effect.logWarning(`alkstore: releasing lock ${name} failed; it lapses with its lease`, error)),
+    Effect.asVoid
   )
+  return stopped ? givingBack(release, undefined, `lock ${name}`) : Effect.locally(release, patienceCapMillis, releasePatienceMillis)
+}
 
 /**
  * `acquiring`, and, where its answer can be cut off after its statement
@@ -225,7 +226,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
             Effect.flatMap(stillHeld(handle, ttlMillis), (held) => held ? Effect.void : Effect.fail(new LockLost({ name })))),
           keepRenewed(handle, ttlMillis)
         )
-      }).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(name, taken)))))
+      }).pipe(Effect.onExit((exit) => (taken === undefined ? Effect.void : letGo(name, taken, Exit.isInterrupted(exit)))))
     }).pipe((effect) => traced("alkstore.lock.with_lock", () => ({ [attr.lock]: name }), effect))
 
   // A body still running when the store closes is stopped then, and its lock released (lifetime.ts).

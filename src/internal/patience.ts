@@ -1,5 +1,4 @@
-import { Duration, Effect, FiberRef } from "effect"
-import { realClock } from "./realClock.js"
+import { Effect, Fiber, FiberRef } from "effect"
 import { inTransactionOf } from "./transactionOwner.js"
 
 /**
@@ -26,30 +25,47 @@ export const releasePatienceMillis = 1_000
  * server, a half-open TCP connection) would hold a stop, the store's close
  * included, for as long as TCP takes to notice — minutes.
  */
-export const stopPatienceMillis = 3_000
+export const stopPatienceMillis = 2_000
 
 /**
  * A best-effort give-back made while stopping (a claim released, a lock or
  * the leadership lease let go): a busy SQLite file is waited out for at most
  * `releasePatienceMillis`, and the write itself for at most
  * `stopPatienceMillis` of real time (under any `Clock`); past that it is
- * left to end in the background, `givenUp` is the answer, and what it gave
- * back lapses with its lease, as after a crash.
+ * cut off in the background, `givenUp` is the answer, and what it gave back
+ * lapses with its lease, as after a crash. Only a stop's give-backs: a
+ * release after work that simply ended waits as long as it takes.
  */
 export const givingBack = <A, E, R>(write: Effect.Effect<A, E, R>, givenUp: A, what: string): Effect.Effect<A, E, R> =>
   Effect.withFiberRuntime((fiber) => {
     const capped = Effect.locally(write, patienceCapMillis, releasePatienceMillis)
     // Inside a transaction the write is that transaction's: never left running on its connection.
     if (inTransactionOf(fiber)) return capped
-    // Both sides interruptible: a stop runs this inside its uninterruptible region, whose interruptibility
-    // the race's fibers would inherit — and then the race would wait for the write it gave up on.
-    return Effect.raceFirst(
-      Effect.interruptible(Effect.disconnect(capped)),
-      Effect.interruptible(Effect.withClock(Effect.sleep(Duration.millis(stopPatienceMillis)), realClock)).pipe(
-        Effect.zipRight(Effect.logWarning(`alkstore: giving back ${what} got no answer in ${stopPatienceMillis} ms; it lapses with its lease`)),
-        Effect.as(givenUp)
-      )
-    )
+    // The write runs in a fiber of its own — not a child: a stop's interruption is passed on to a fiber's
+    // children even in its uninterruptible region, and a second signal (a nested `withLock`, the store's close
+    // and the caller's own) cut a racing write off. The wait for it is a plain callback with a real timer.
+    // Interruptible in its own fiber (a stop's region is not): only the give-up below interrupts it.
+    return Effect.flatMap(Effect.forkDaemon(Effect.interruptible(capped)), (writing) =>
+      Effect.async<A, E>((resume) => {
+        let done = false
+        const timer = setTimeout(() => {
+          if (done) return
+          done = true
+          // Given up: the write is cut off in the background (a statement stuck on a dead connection would
+          // otherwise hold its connection, and the pool's end, for as long as TCP takes to notice).
+          resume(Effect.zipRight(
+            Effect.logWarning(`alkstore: giving back ${what} got no answer in ${stopPatienceMillis} ms; it lapses with its lease`),
+            Effect.as(Fiber.interruptFork(writing), givenUp)
+          ))
+        }, stopPatienceMillis)
+        writing.addObserver((exit) => {
+          clearTimeout(timer)
+          if (done) return
+          done = true
+          resume(exit)
+        })
+        return Effect.sync(() => clearTimeout(timer))
+      }))
   })
 
 /**

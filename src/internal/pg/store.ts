@@ -8,7 +8,6 @@ import Pg from "pg"
 import { InvalidOptions } from "../../StoreError.js"
 import { StoreActivity } from "../activity.js"
 import { fromChecked, optionalDurationMillis, waitSettingMillis } from "../duration.js"
-import { stopPatienceMillis } from "../patience.js"
 import { realClock } from "../realClock.js"
 import { ownOptions } from "../options.js"
 import { schemaNameProblem } from "./schemaName.js"
@@ -199,11 +198,14 @@ export interface Built {
   readonly clock: Clock.Clock | undefined
 }
 
-/** Until no statement of the store's is on its way (at most `stopPatienceMillis` of real time). */
+/**
+ * Until no statement of the store's is on its way, for at most a second of real time: an operation in flight
+ * takes a round trip or two; a give-back left to the background by a stop (`givingBack`) may never end.
+ */
 const untilIdle = (executor: PgExecutor) =>
   Effect.suspend(() => (executor.inFlight() === 0 ? Effect.void : Effect.sleep(Duration.millis(5)))).pipe(
     Effect.repeat({ until: () => executor.inFlight() === 0 }),
-    Effect.timeout(Duration.millis(stopPatienceMillis)),
+    Effect.timeout(Duration.millis(1_000)),
     Effect.ignore,
     Effect.withClock(realClock)
   )
