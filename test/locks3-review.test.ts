@@ -1,9 +1,9 @@
 /**
  * Review of named TTL locks after the `givingBack` change (CONTRACT §4, docs/queues-and-locks.md § Locks,
  * docs/decisions.md "Stopping on a busy SQLite file"). Every test here passed at b4b0e57 and failed at 2e26b71, before its fix:
- * `withLock`'s release (`letGo`) now runs as `givingBack`, a race of two fibers forked as children of the
+ * `withLock`'s release (`letGo`) ran as `givingBack`, a race of two fibers forked as children of the
  * releasing fiber, capped at 3 s of real time even when the body simply ended, and interrupted (both racers at
- * once) by any further interrupt signal the releasing fiber receives while it is in its finalizer.
+ * once) by any further interrupt signal the releasing fiber received while it was in its finalizer.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
