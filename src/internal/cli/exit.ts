@@ -16,7 +16,9 @@ export const exitCodes = {
   /** The database failed during the operation (a storage error). */
   storage: 4,
   /** `dashboard` could not listen on its address: the port in use, no such address, no permission. */
-  listen: 5
+  listen: 5,
+  /** A command other than `watch` or `dashboard` stopped by Ctrl-C or SIGTERM before it was done (128 + SIGINT). */
+  interrupted: 130
 } as const
 
 /** A bad argument caught by the CLI itself (exit 2). */

@@ -82,6 +82,15 @@ const helpFor = (argv: ReadonlyArray<string>) =>
  * followed by the command's help. A command stopped by an interrupt
  * (Ctrl-C, SIGTERM) ends normally: `watch` and `dashboard` run until then.
  */
+/**
+ * The exit code of a command an interrupt (Ctrl-C, SIGTERM) ended: how `watch` and `dashboard` stop (0); any
+ * other command was stopped before it was done, which a script must not read as success.
+ */
+const interruptedExit = (argv: ReadonlyArray<string>): number => {
+  const command = argv.find((arg) => !arg.startsWith("-"))
+  return command === "watch" || command === "dashboard" ? exitCodes.ok : exitCodes.interrupted
+}
+
 export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
   Option.match(unknownOption(tree, argv), {
     onNone: () => withPlainText(cli(["node", "alkstore", ...argv])),
@@ -89,7 +98,10 @@ export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
   }).pipe(
     Effect.as(exitCodes.ok as number),
     Effect.catchAllCause((cause) => {
-      if (Cause.isInterruptedOnly(cause)) return Effect.succeed(exitCodes.ok as number)
+      if (Cause.isInterruptedOnly(cause)) {
+        const code = interruptedExit(argv)
+        return code === exitCodes.ok ? Effect.succeed(code) : Effect.as(Console.error("alkstore: interrupted"), code)
+      }
       const failure = Cause.failureOption(cause)
       if (Option.isSome(failure)) {
         const error = failure.value
@@ -119,7 +131,7 @@ export const main = (argv: ReadonlyArray<string>) =>
         Exit.isSuccess(exit)
           ? (exit.value as number)
           : Cause.isInterruptedOnly(exit.cause)
-          ? exitCodes.ok
+          ? interruptedExit(argv)
           : exitCodes.storage
       )
   })

@@ -275,6 +275,9 @@ const withClock = <E, R>(
 
 export interface PgStoreOptions extends StoreSettings, PgClient.PgClientConfig {}
 
+/** `PgStore.layer`'s pool's connect timeout when none is given. */
+const defaultConnectTimeout = Duration.seconds(5)
+
 export const layer = (
   given: PgStoreOptions
 ): Layer.Layer<Mechanisms | SqlClient.SqlClient | PgClient.PgClient, SqlError | MigrationError | InvalidOptions> =>
@@ -287,7 +290,9 @@ export const layer = (
     if (max !== undefined && !(Number.isSafeInteger(max) && max >= 1)) {
       return yield* new InvalidOptions({ field: "maxConnections", reason: "must be a whole number of at least 1" })
     }
-    const client = yield* PgClient.make(options)
+    // A default connect timeout: without one a server that accepts a connection and never answers held the
+    // start for ever (`PgClient.make`'s own 5 s timeout wraps an uninterruptible first query).
+    const client = yield* PgClient.make({ ...options, connectTimeout: options.connectTimeout ?? defaultConnectTimeout })
     const built = yield* buildMechanisms(client, settings, options)
     return {
       context: built.mechanisms.pipe(Context.add(SqlClient.SqlClient, client), Context.add(PgClient.PgClient, client)),
