@@ -24,6 +24,29 @@ const open = <ROut, E>(layer: Layer.Layer<ROut, E>) =>
 const storeOf = (engine: EngineUnderTest, filename: string) =>
   engine.capabilities.postgres ? pgOwned.store({ filename, maxConnections: 2 } as never) : engine.store({ filename })
 
+/**
+ * `n` application transactions holding every connection of the store (`run` provides it) for `millis` of real
+ * time: their fibers, once all of them hold theirs.
+ */
+const holdConnections = (
+  run: <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.Effect<A, E>,
+  n: number,
+  millis: number
+) =>
+  Effect.gen(function*() {
+    const holding = yield* Deferred.make<void>()
+    let held = 0
+    const holders = yield* Effect.forEach(Array.from({ length: n }), () =>
+      Effect.fork(run(Effect.flatMap(SqlClient.SqlClient, (sql) =>
+        sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT 1`
+          if (++held === n) yield* Deferred.succeed(holding, undefined)
+          yield* realSleep(millis)
+        }))))))
+    yield* Deferred.await(holding)
+    return holders
+  })
+
 describe("locks3 review: withLock's release after a normal end", () => {
   for (const engine of [sqliteOwned, pgOwned]) {
     // CONTRACT §4: withLock "releases when the effect ends — success, failure or interruption"; Locks.ts:
@@ -43,17 +66,7 @@ describe("locks3 review: withLock's release after a normal end", () => {
           locks.withLock("report", "1 hour", Effect.zipRight(Deferred.succeed(inside, undefined), Deferred.await(finish))))))
         yield* Deferred.await(inside)
         // the application's transactions hold every connection of the store for 4 s
-        const holding = yield* Deferred.make<void>()
-        const n = engine.capabilities.postgres ? 2 : 1
-        let held = 0
-        const holders = yield* Effect.forEach(Array.from({ length: n }), () =>
-          Effect.fork(run(Effect.flatMap(SqlClient.SqlClient, (sql) =>
-            sql.withTransaction(Effect.gen(function*() {
-              yield* sql`SELECT 1`
-              if (++held === n) yield* Deferred.succeed(holding, undefined)
-              yield* realSleep(4_000)
-            }))))))
-        yield* Deferred.await(holding)
+        const holders = yield* holdConnections(run, engine.capabilities.postgres ? 2 : 1, 4_000)
         yield* Deferred.succeed(finish, undefined)
         const exit = yield* Fiber.await(locked)
         yield* Effect.forEach(holders, Fiber.join, { discard: true })
@@ -115,17 +128,7 @@ describe("locks3 review: double interrupt", () => {
         const locked = yield* Effect.fork(run(Effect.flatMap(Locks.Locks, (locks) =>
           locks.withLock("report", "1 hour", Effect.zipRight(Deferred.succeed(inside, undefined), Effect.never)))))
         yield* Deferred.await(inside)
-        const holding = yield* Deferred.make<void>()
-        const n = engine.capabilities.postgres ? 2 : 1
-        let held = 0
-        const holders = yield* Effect.forEach(Array.from({ length: n }), () =>
-          Effect.fork(run(Effect.flatMap(SqlClient.SqlClient, (sql) =>
-            sql.withTransaction(Effect.gen(function*() {
-              yield* sql`SELECT 1`
-              if (++held === n) yield* Deferred.succeed(holding, undefined)
-              yield* realSleep(600)
-            }))))))
-        yield* Deferred.await(holding)
+        const holders = yield* holdConnections(run, engine.capabilities.postgres ? 2 : 1, 600)
         yield* Fiber.interruptFork(locked)
         yield* realSleep(100)
         yield* Fiber.interruptFork(locked)

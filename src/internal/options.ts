@@ -162,11 +162,9 @@ export const resolveQueueOptions = (
   options: QueueOptionsInput | undefined
 ): Effect.Effect<Stamp, InvalidOptions> =>
   Effect.suspend(() => {
-    // `null` is no options, as everywhere else options are read (`opts?.`): never a TypeError.
-    const read = ownOptions(options)
-    if (isInvalid(read)) return Effect.fail(read)
-    options = read
-    if (options === undefined) return Effect.succeed(base)
+    // `null` is no options, as everywhere else options are read (`opts?.`): never a TypeError. The callers
+    // read the options once (`ownOptions`) and hand over that copy.
+    if (options === undefined || options === null) return Effect.succeed(base)
     const visibilityTimeout = checkOptionalDuration("visibilityTimeout", options.visibilityTimeout, true)
     if (isInvalid(visibilityTimeout)) return Effect.fail(visibilityTimeout)
     const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)

@@ -5,7 +5,8 @@ import type { InvalidOptions } from "../StoreError.js"
 import { Engine } from "./engine.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { outboxQueueName, validateName } from "./names.js"
-import { checkFunction, outboxDefaults, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
+import { fromChecked } from "./duration.js"
+import { checkFunction, outboxDefaults, ownOptions, type QueueOptionsInput, resolveQueueOptions } from "./options.js"
 import { busyWaitsInterruptible } from "./patience.js"
 import { jsonCodec } from "./payload.js"
 import { makeQueue } from "./queue.js"
@@ -17,7 +18,10 @@ export const makeOutboxes: Effect.Effect<O.OutboxShape, never, Engine> = Effect.
   const engine = yield* Engine
   const outbox = (name: string, opts?: QueueOptionsInput) =>
     Effect.map(
-      Effect.zip(validateName(name), resolveQueueOptions(outboxDefaults, opts)),
+      Effect.zip(
+        validateName(name),
+        Effect.flatMap(fromChecked(ownOptions(opts)), (read) => resolveQueueOptions(outboxDefaults, read))
+      ),
       ([name, stamp]): O.OutboxHandle => {
         const queueName = outboxQueueName(name)
         // A delivery's span is named for the outbox, in `run` as in `runOnce`.
