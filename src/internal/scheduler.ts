@@ -183,7 +183,8 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
             Option.getOrElse(result.next, () => Infinity),
             result.now + settings.fallbackPollMillis
           )
-          yield* ticket.wait(wakeAt - result.now)
+          // From now, not from the tick's instant: the tick's round trips are not added to the wait.
+          yield* ticket.wait(wakeAt - (yield* Clock.currentTimeMillis))
         }))
       return yield* Effect.forever(round)
     })
@@ -281,7 +282,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           if (now >= deadline || !(yield* engine.locks.held(schedulerLockName, now))) return "now" as const
-          return yield* ticket.wait(deadline - now)
+          return yield* ticket.wait(deadline - (yield* Clock.currentTimeMillis))
         })),
       (woken) => (woken === "changed" ? awaitTurn(deadline) : Effect.void)
     )
