@@ -470,6 +470,13 @@ export interface EngineShape {
    * Synchronous so hot paths can call it from a fiber's context.
    */
   readonly signal: (context: Context.Context<never>, topic: string, count: number) => void
+  /**
+   * Runs `f` once the store's own transaction open in `context` commits (never when it rolls back), at
+   * once outside one — or in an application's transaction, whose end the store cannot hook. Metrics of
+   * writes made in a store transaction (a PersistedQueue's shared settle, which may roll back and run
+   * each settle again alone) count once, for what committed.
+   */
+  readonly afterCommit: (context: Context.Context<never>, f: () => void) => void
   /** Wakes waiters: in-process signals plus the engine's cross-process feed. */
   readonly wake: WakeHub
   /** Stops the store's long-lived work when it closes, before its connection does (`lifetime.ts`). */

@@ -203,6 +203,13 @@ function* admits(scope: string, limit: number, per: number, last: number, k: num
 const serialBefore = (c: Candidate, place: readonly [number, number]) =>
   c.round < place[0] || (c.round === place[0] && c.id < place[1])
 
+/** The doomed lapsed claims of `c`'s group ahead of it (a claim would bury them before it reached `c`). */
+const doomedAhead = (lapsed: ReadonlyArray<Candidate>, c: Candidate) => {
+  let n = 0
+  for (const d of lapsed) if (d.doomed && d.group === c.group && serialBefore(d, [c.round, c.id])) n++
+  return n
+}
+
 /** The claim walk of one limited queue at `now` (see the module comment and docs/flow-control.md). */
 export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutcome> {
   const dry = mode !== "claim"
@@ -255,9 +262,13 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     let group = groups.get(c.group)
     if (group?.blocked === true || (group?.waitsFrom !== undefined && !serialBefore(c, group.waitsFrom))) continue
     if (groupLimited) {
+      // A dry walk leaves the doomed lapsed claims ahead of `c` claimed, where a claim buries them first: the
+      // count of live jobs ahead passes over them (counted up to the cap plus them, then less them).
+      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(start.lapsed, c) : 0
+      const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
       let ahead: number | undefined
       if (group === undefined) {
-        const first = yield* call("groupStart", c.group, c.round, c.id, lim.groupConcurrency, lim.groupRateLimit !== null)
+        const first = yield* call("groupStart", c.group, c.round, c.id, cap, lim.groupRateLimit !== null)
         group = { blocked: false, waitsFrom: undefined, inFlight: first.inFlight, last: first.last, taken: 0 }
         groups.set(c.group, group)
         ahead = first.ahead
@@ -269,7 +280,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
           group.blocked = true
           continue
         }
-        if ((ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, lim.groupConcurrency))) >= lim.groupConcurrency) {
+        if ((ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, cap!))) - skip >= lim.groupConcurrency) {
           // Not the whole group: the job ahead may be a candidate the walk meets later (a lower priority, or
           // a requeued dead job keeping its place behind a later run_at).
           group.waitsFrom = [c.round, c.id]

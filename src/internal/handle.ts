@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
+import { Cause, Clock, type Context, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
@@ -122,6 +122,11 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
   jobSpan: Tracer.Span | undefined
   /** Ends `jobSpan` (if open) with `outcome` as its `alkstore.outcome`. */
   readonly endJobSpan: (outcome: string) => Effect.Effect<void>
+  /**
+   * What this handle's own ack, release, retry or fail settled the claim as, once one did: a `process`
+   * handler that settles its handle itself leaves the worker's ack nothing to do, and not `lost`.
+   */
+  readonly settledAs: Exclude<Outcome, "lost"> | undefined
 }
 
 /** What settling a claim came to (a span's `alkstore.outcome`). */
@@ -189,21 +194,28 @@ export const makeHandles = <A>(
   ackOf: (fence: Fence) => Effect.Effect<boolean, SqlError> = (fence) =>
     Effect.tap(storage.ack(fence), (done) => (done ? freed : Effect.void)),
   /** After a heartbeat made a lease shorter: its waiters read again (by default this process's). */
-  leaseShortened: Effect.Effect<void, SqlError> = signal(1)
+  leaseShortened: Effect.Effect<void, SqlError> = signal(1),
+  /** Counts a settle's metric once its store transaction commits (`EngineShape.afterCommit`); at once by default. */
+  afterCommit: (context: Context.Context<never>, f: () => void) => void = (_, f) => f()
 ) => {
+  /** A metric update of a write in the calling fiber's transaction: counted when (if) it commits. */
+  const countOnCommit = (f: () => void) =>
+    Effect.withFiberRuntime<void>((fiber) => {
+      afterCommit(fiber.currentContext, f)
+      return Effect.void
+    })
   const freeing = (done: boolean) => (done ? freed : Effect.void)
   const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
-    Effect.map(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) => {
-      if (buried) m.dead(1)
-      return buried
-    }).pipe(Effect.tap(freeing))
+    Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
+      buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing))
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
     readonly queueName = queueName
     readonly storage = storage
     jobSpan: Tracer.Span | undefined = undefined
+    settledAs: Exclude<Outcome, "lost"> | undefined = undefined
     private view: Q.Job<A> | undefined
     /** The lease end this handle set last: its claim's, then each heartbeat's. */
     private leaseEnd: number | null
@@ -232,9 +244,10 @@ export const makeHandles = <A>(
       return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
     }
     get ack() {
-      const acked = Effect.map(ackOf(this.fence), (ok) => {
-        if (ok) m.acked(1)
-        return ok
+      const acked = Effect.tap(ackOf(this.fence), (ok) => {
+        if (!ok) return Effect.void
+        this.settledAs = "acked"
+        return countOnCommit(() => m.acked(1))
       })
       return this.settling(
         traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
@@ -243,7 +256,11 @@ export const makeHandles = <A>(
     }
     get release() {
       const released = Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
-        Effect.tap((released) => (released ? signal(1) : Effect.void))
+        Effect.tap((released) => {
+          if (!released) return Effect.void
+          this.settledAs = "released"
+          return signal(1)
+        })
       )
       return this.settling(
         traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
@@ -254,7 +271,9 @@ export const makeHandles = <A>(
       const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
       const settling = (effect: Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>) =>
-        this.settling(effect, (outcome) => outcome)
+        this.settling(Effect.tap(effect, (outcome) => {
+          if (outcome !== "lost") this.settledAs = outcome
+        }), (outcome) => outcome)
       return (error?: unknown, delay?: Duration.DurationInput) => settling(traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
@@ -265,7 +284,7 @@ export const makeHandles = <A>(
         const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
         const retried = yield* storage.retry(fence, runAt, at, text)
         if (retried) {
-          m.retried()
+          yield* countOnCommit(() => m.retried())
           yield* signal(1)
         }
         return retried ? "retried" as const : "lost" as const
@@ -276,7 +295,9 @@ export const makeHandles = <A>(
       const attributes = () => this.attributes
       return (error: unknown) =>
         this.settling(
-          traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
+          traced("alkstore.queue.fail", attributes, Effect.tap(bury(fence, errorText(error) ?? "failed"), (ok) => {
+            if (ok) this.settledAs = "dead"
+          }), wonOrLost("dead"), spanOptions),
           (ok) => (ok ? "dead" : "lost")
         )
     }
@@ -353,11 +374,15 @@ export const makeHandles = <A>(
         else m.dead(1)
         continue
       }
+      // An undecodable row is no claim handed out (moved to dead below): no wait, no lapse, as `claimed`.
+      const payload = codec.decode(row.payload)
+      if (payload instanceof InvalidPayload) {
+        undecodable.push([row, payload])
+        continue
+      }
       m.wait(at - row.run_at)
       if (row.lapsed === true) m.leaseLapse()
-      const payload = codec.decode(row.payload)
-      if (payload instanceof InvalidPayload) undecodable.push([row, payload])
-      else handles.push(new Handle(row, payload))
+      handles.push(new Handle(row, payload))
     }
     if (handles.length > 0) m.claimed(handles.length)
     if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0, lost })

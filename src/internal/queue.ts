@@ -91,7 +91,7 @@ export const makeQueue = <A>(
     flow.ackFreeing !== undefined && flow.memory.known(name)
       ? Effect.tap(flow.ackFreeing(fence, name), (done) => (done ? signal(1) : Effect.void))
       : Effect.tap(storage.ack(fence), (done) => (done ? ackFreed : Effect.void))
-  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed, ackOf, tellWaiters)
+  const { toHandles } = makeHandles(name, storage, signal, codec, m, freed, ackOf, tellWaiters, engine.afterCommit)
 
   const claimUpTo = (workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
     Effect.withFiberRuntime((fiber) => {

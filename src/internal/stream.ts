@@ -158,6 +158,13 @@ export const makeStream = <A>(
           return Channel.zipRight(Channel.fromEffect(eventLoopTurn), Channel.flatMap(claimBatch, emit))
         }
         const handle = held[handed]!
+        // Its expiry passed while it was held: never delivered now (CONTRACT §3). Given back, no attempt
+        // spent; the next claim or maintenance moves it to dead as expired.
+        const expiresAt = handle.row.expires_at
+        if (expiresAt !== null && expiresAt <= clock.unsafeCurrentTimeMillis()) {
+          handed++
+          return Channel.flatMap(Channel.fromEffect(Effect.ignore(handle.release)), emit)
+        }
         if (fresh(handle)) {
           handed++
           return Channel.flatMap(handOn(handle), emit)

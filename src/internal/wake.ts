@@ -58,6 +58,11 @@ export interface Ticket {
   readonly cancel: () => void
 }
 
+/** A ticket with the deferred its wait awaits. */
+interface TicketOf extends Ticket {
+  readonly deferred: Deferred.Deferred<WakeReason, WaitError>
+}
+
 export const makeWakeHub = (): WakeHub => {
   const topics = new Map<string, Set<Deferred.Deferred<WakeReason, WaitError>>>()
   const listeners: Array<(waiting: boolean) => void> = []
@@ -73,6 +78,9 @@ export const makeWakeHub = (): WakeHub => {
     if (before !== waiting > 0) for (const listener of listeners) listener(waiting > 0)
   }
 
+  // The tickets a signal completed, and why: one whose round then failed or was interrupted never saw it.
+  const signalledWith = new WeakMap<Deferred.Deferred<WakeReason, WaitError>, WakeReason>()
+
   const wake = (topic: string, count: number, reason: WakeReason) => {
     if (reason === "signalled") generations.set(topic, (generations.get(topic) ?? 0) + 1)
     const tickets = topics.get(topic)
@@ -80,9 +88,21 @@ export const makeWakeHub = (): WakeHub => {
     for (const deferred of tickets) {
       if (count-- <= 0) break
       tickets.delete(deferred)
+      if (failure === undefined) signalledWith.set(deferred, reason)
       Deferred.unsafeDone(deferred, failure === undefined ? Exit.succeed(reason) : Exit.fail(failure))
     }
     if (tickets.size === 0) topics.delete(topic)
+  }
+
+  /**
+   * A round that ended in failure or an interruption (a take's timeout, a
+   * stop) after a signal completed its ticket never acted on it: the signal
+   * goes to the next waiter of the topic, which would otherwise sleep on
+   * with the work there until its deadline or fallback poll.
+   */
+  const passOn = (topic: string, taken: Ticket) => {
+    const reason = signalledWith.get((taken as TicketOf).deferred)
+    if (reason !== undefined && failure === undefined) wake(topic, 1, reason)
   }
 
   const ticket = (topic: string): Ticket => {
@@ -110,7 +130,8 @@ export const makeWakeHub = (): WakeHub => {
         Effect.sleep(Duration.millis(Math.max(0, millis))),
         Effect.sync(() => Deferred.unsafeDone(deferred, Exit.succeed<WakeReason>("timeout")))
       )
-    return {
+    const taken: TicketOf = {
+      deferred,
       wait: (millis) =>
         Effect.acquireUseRelease(
           Effect.sync(() => track(1)),
@@ -128,6 +149,7 @@ export const makeWakeHub = (): WakeHub => {
         ),
       cancel
     }
+    return taken
   }
 
   return {
@@ -142,7 +164,11 @@ export const makeWakeHub = (): WakeHub => {
       for (const topic of [...topics.keys()]) wake(topic, Number.MAX_SAFE_INTEGER, "changed")
     },
     withTicket: (topic, use) =>
-      Effect.acquireUseRelease(Effect.sync(() => ticket(topic)), use, (taken) => Effect.sync(taken.cancel)),
+      Effect.acquireUseRelease(Effect.sync(() => ticket(topic)), use, (taken, exit) =>
+        Effect.sync(() => {
+          taken.cancel()
+          if (Exit.isFailure(exit)) passOn(topic, taken)
+        })),
     onWaiting: (listener) => {
       listeners.push(listener)
     },

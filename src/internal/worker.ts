@@ -183,14 +183,15 @@ export const makeProcess = <A>(
               return ackThenClaim(
                 handle,
                 workerId,
-                span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : "lost"))),
+                span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : handle.settledAs ?? "lost"))),
                 onEmpty
               )
             }
             return Effect.as(
               span === undefined
                 ? settle(handle, exit)
-                : Effect.tap(settle(handle, exit), (outcome) => describing(() => span.attribute(attr.outcome, outcome))),
+                : Effect.tap(settle(handle, exit), (outcome) =>
+                  describing(() => span.attribute(attr.outcome, outcome === "lost" ? handle.settledAs ?? "lost" : outcome))),
               Option.none()
             )
           })

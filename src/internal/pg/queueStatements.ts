@@ -247,6 +247,14 @@ export const queueStatements = (s: string, n: Notifier) => {
         WHERE ctid = picked.c AND ${expiredAt}
         RETURNING queue)
       SELECT queue, count(*) AS n FROM d GROUP BY queue`),
+    // The claim logs (flow control) of scopes whose last claim left the window of the rule in force
+    // ($1 now; at most $2 scopes): a claim prunes only its own scope, and a group that never claims again
+    // (a user, an order) kept its entries for good.
+    pruneFlowLog: `DELETE FROM ${s}.__alkstore_flow_log WHERE (queue, scope) IN (
+        SELECT f.queue, f.scope FROM ${s}.__alkstore_flow_log AS f JOIN ${s}.__alkstore_flow_limits AS l ON l.queue = f.queue
+        GROUP BY f.queue, f.scope
+        HAVING max(f.at) <= $1::bigint - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
+        LIMIT $2::bigint)`,
     purgeSomeDeadBefore: plannedEachCall(`WITH d AS (DELETE FROM ${jobs} USING (
           SELECT ctid AS c FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint LIMIT $2::bigint) picked
         WHERE ctid = picked.c AND state = 'dead' AND died_at < $1::bigint RETURNING 1)

@@ -320,6 +320,7 @@ export const makeQueueStorage = (
           (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
         )
         const purged = yield* counted(db.all(sql.purgeSomeDeadBefore, [purgeDiedBefore, limit]))
+        yield* db.all(sql.pruneFlowLog, [now, limit])
         return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
       }))
   }

@@ -152,7 +152,11 @@ const isConnectionString = (url: unknown): boolean => {
 
 export type { Mechanisms }
 
-/** The LISTEN connection's settings, from the client's. */
+/**
+ * The LISTEN connection's settings, from the client's: the fields `@effect/sql-pg`'s pool connects with,
+ * its `stream` included (a connector or tunnel that hands the driver its socket), and not `path`, which
+ * the pool ignores — the LISTEN goes where the pool's connections go.
+ */
 const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSettings["listenUrl"]): Pg.ClientConfig => {
   if (listenUrl !== undefined) {
     return {
@@ -162,8 +166,9 @@ const listenConnection = (config: PgClient.PgClientConfig, listenUrl: StoreSetti
   }
   return {
     connectionString: config.url === undefined ? undefined : Redacted.value(config.url),
-    host: config.path ?? config.host,
+    host: config.host,
     port: config.port,
+    ...(config.stream === undefined ? {} : { stream: config.stream as NonNullable<Pg.ClientConfig["stream"]> }),
     database: config.database,
     user: config.username,
     password: config.password === undefined ? undefined : Redacted.value(config.password),
@@ -247,6 +252,10 @@ export const buildMechanisms = (
       rateLimiter: makeRateLimiterStorage(executor, schema),
       transaction: executor.transaction,
       signal: makeSignal(executor, wake),
+      afterCommit: (context, f) => {
+        if (executor.openTransaction(context) === "store") executor.commitHooks(context)!.push(f)
+        else f()
+      },
       wake,
       lifetime: makeLifetime(wake),
       instanceId,

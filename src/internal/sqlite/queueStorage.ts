@@ -375,6 +375,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
         const swept = yield* db.all<{ queue: string }>(expireSomeSql.text, expireSomeSql.bind([now, limit]))
         yield* db.run(raiseFloorSql, [])
         const purged = yield* deleteEach(db.all<{ id: number }>(sql.deadBefore, [purgeDiedBefore, limit]))
+        yield* db.run(sql.pruneFlowLog, [now, limit])
         return { expired: swept.length, purged, expiredByQueue: countByQueue(swept) }
       }))
   }

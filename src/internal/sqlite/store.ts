@@ -23,7 +23,7 @@ import { makeFlowStorage } from "./flowStorage.js"
 import { makeFlowMemory } from "../flow.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 import { retryBusy } from "./busy.js"
-import { makeCommitSignals } from "./transaction.js"
+import { makeCommitSignals, openTransaction } from "./transaction.js"
 import { makeWalSignal, startCheckpointer } from "./checkpointer.js"
 import { fileIdentity } from "./fileIdentity.js"
 import { startWatcher } from "./watcher.js"
@@ -134,6 +134,11 @@ export const buildMechanisms = (
       rateLimiter: makeRateLimiterStorage(executor),
       transaction: executor.transaction,
       signal: makeCommitSignals(wake.signal, foreign),
+      afterCommit: (context, f) => {
+        const open = openTransaction(context)
+        if (open === undefined || open === "foreign") f()
+        else open.push(f)
+      },
       wake,
       lifetime: makeLifetime(wake),
       instanceId: crypto.randomUUID(),
