@@ -309,9 +309,6 @@ export const sql = {
   // The lapsed leases a lapsed-path claim of `?4` rows can pick (`candidates`' lapsed side), to mark them.
   lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until <= +?1
       ORDER BY priority DESC, run_at, id LIMIT ?4`,
-  // The purge's round: its ids first, then a delete by primary key each (a DELETE has no FROM, and after an
-  // ANALYZE of a nearly empty table `WHERE id IN (…)` was planned as a scan of the whole table).
-  // Read in `died_at` order (migration 8), named: any other index walks dead jobs kept for longer.
   // The claim logs (flow control) of scopes whose last claim left the window of the rule in force (now; at
   // most so many scopes): a claim prunes only its own scope, and a group that never claims again (a user, an
   // order) kept its entries for good.
@@ -320,6 +317,9 @@ export const sql = {
       GROUP BY f.queue, f.scope
       HAVING max(f.at) <= ? - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
       LIMIT ?)`,
+  // The purge's round: its ids first, then a delete by primary key each (a DELETE has no FROM, and after an
+  // ANALYZE of a nearly empty table `WHERE id IN (…)` was planned as a scan of the whole table).
+  // Read in `died_at` order (migration 8), named: any other index walks dead jobs kept for longer.
   deadBefore: `SELECT id FROM __alkstore_jobs INDEXED BY __alkstore_jobs_dead_since
     WHERE state = 'dead' AND died_at < ? LIMIT ?`,
   deleteJob: `DELETE FROM __alkstore_jobs WHERE id = ?`
