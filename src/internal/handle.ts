@@ -235,20 +235,23 @@ export const makeHandles = <A>(
       return this.jobSpan === undefined ? undefined : { parent: this.jobSpan }
     }
     endJobSpan = (outcome: string) => (this.jobSpan === undefined ? Effect.void : endSpan(this.jobSpan, outcome))
-    /** `effect`, then the claim's span ended with the outcome `outcomeOf` reads from its result (when it has one). */
-    private settling<X, E>(effect: Effect.Effect<X, E>, outcomeOf: (x: X) => string): Effect.Effect<X, E> {
-      return this.jobSpan === undefined ? effect : Effect.tap(effect, (x) => this.endJobSpan(outcomeOf(x)))
+    /**
+     * `effect`, then what it settled the claim as (`outcomeOf` its result) kept in `settledAs` when it won,
+     * and the claim's span (when it has one) ended with it.
+     */
+    private settling<X, E>(effect: Effect.Effect<X, E>, outcomeOf: (x: X) => Outcome): Effect.Effect<X, E> {
+      return Effect.tap(effect, (x) => {
+        const outcome = outcomeOf(x)
+        if (outcome !== "lost") this.settledAs = outcome
+        return this.endJobSpan(outcome)
+      })
     }
     get withJobSpan() {
       const span = this.jobSpan
       return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
     }
     get ack() {
-      const acked = Effect.tap(ackOf(this.fence), (ok) => {
-        if (!ok) return Effect.void
-        this.settledAs = "acked"
-        return countOnCommit(() => m.acked(1))
-      })
+      const acked = Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void))
       return this.settling(
         traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
         (ok) => (ok ? "acked" : "lost")
@@ -256,11 +259,7 @@ export const makeHandles = <A>(
     }
     get release() {
       const released = Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
-        Effect.tap((released) => {
-          if (!released) return Effect.void
-          this.settledAs = "released"
-          return signal(1)
-        })
+        Effect.tap((released) => (released ? signal(1) : Effect.void))
       )
       return this.settling(
         traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
@@ -271,9 +270,7 @@ export const makeHandles = <A>(
       const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
       const settling = (effect: Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>) =>
-        this.settling(Effect.tap(effect, (outcome) => {
-          if (outcome !== "lost") this.settledAs = outcome
-        }), (outcome) => outcome)
+        this.settling(effect, (outcome) => outcome)
       return (error?: unknown, delay?: Duration.DurationInput) => settling(traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
         const explicitDelay = yield* optionalDurationMillis("delay", delay)
         const text = errorText(error)
@@ -295,9 +292,7 @@ export const makeHandles = <A>(
       const attributes = () => this.attributes
       return (error: unknown) =>
         this.settling(
-          traced("alkstore.queue.fail", attributes, Effect.tap(bury(fence, errorText(error) ?? "failed"), (ok) => {
-            if (ok) this.settledAs = "dead"
-          }), wonOrLost("dead"), spanOptions),
+          traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
           (ok) => (ok ? "dead" : "lost")
         )
     }

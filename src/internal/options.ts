@@ -226,14 +226,9 @@ export const checkEnqueue = (
   stamp: Stamp,
   options: EnqueueOptionsInput | undefined,
   now: number
-): Checked<ResolvedEnqueue> => {
+): Checked<ResolvedEnqueue> =>
   // Read in place (no copy on the hot path): a getter that throws is InvalidOptions, never a defect.
-  try {
-    return checkEnqueueOptions(stamp, options, now)
-  } catch (cause) {
-    return unreadableOptions(cause)
-  }
-}
+  readingOptions(() => checkEnqueueOptions(stamp, options, now))
 
 const checkEnqueueOptions = (
   stamp: Stamp,

@@ -164,14 +164,8 @@ export const makeQueue = <A>(
               yield* restore(storage.nextDeadline(name, unchanged ? quiet.at : at)),
               (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
             ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
-            // Counted from now, not from `at`: on a server the reads were round trips, which a sleep of
-            // `d - at` would add to the wait (a round that a poll or a wake starts at any moment).
-            const sleepsFrom = yield* now
-            const wakeAfter = Option.match(deadline, {
-              onNone: () => engine.settings.fallbackPollMillis,
-              onSome: (d) => Math.min(d - sleepsFrom, engine.settings.fallbackPollMillis)
-            })
-            return yield* restore(ticket.wait(wakeAfter))
+            const poll = at + engine.settings.fallbackPollMillis
+            return yield* restore(ticket.waitUntil(Option.match(deadline, { onNone: () => poll, onSome: (d) => Math.min(d, poll) })))
           })),
         // A signal from this process means work is there: claim at once; any other wake reads first.
         (outcome: WakeReason | ReadonlyArray<ClaimHandle<A>>) =>

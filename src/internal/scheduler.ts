@@ -183,8 +183,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
             Option.getOrElse(result.next, () => Infinity),
             result.now + settings.fallbackPollMillis
           )
-          // From now, not from the tick's instant: the tick's round trips are not added to the wait.
-          yield* ticket.wait(wakeAt - (yield* Clock.currentTimeMillis))
+          yield* ticket.waitUntil(wakeAt)
         }))
       return yield* Effect.forever(round)
     })
@@ -282,7 +281,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           if (now >= deadline || !(yield* engine.locks.held(schedulerLockName, now))) return "now" as const
-          return yield* ticket.wait(deadline - (yield* Clock.currentTimeMillis))
+          return yield* ticket.waitUntil(deadline)
         })),
       (woken) => (woken === "changed" ? awaitTurn(deadline) : Effect.void)
     )

@@ -1,4 +1,4 @@
-import { Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
 import type { WaitError } from "../Queues.js"
 
 /**
@@ -49,22 +49,30 @@ export interface Quiet {
 
 export interface Ticket {
   /**
-   * Waits until the ticket is signalled or `millis` pass on the Effect
-   * `Clock` (so `TestClock` drives deadlines); fails if the file was
+   * Waits until the ticket is signalled or the Effect `Clock` reaches
+   * `deadline` (so `TestClock` drives deadlines); fails if the file was
    * replaced or the store closed. The ticket is given back however the wait ends.
+   * An instant, not a duration: the sleep is measured when it starts — a caller's
+   * reads before it (round trips on a server) are never added to it.
    */
-  readonly wait: (millis: number) => Effect.Effect<WakeReason, WaitError>
+  readonly waitUntil: (deadline: number) => Effect.Effect<WakeReason, WaitError>
   /** Gives the ticket back unused, so a signal goes to a waiter that needs it. */
   readonly cancel: () => void
 }
 
-/** A ticket with the deferred its wait awaits. */
-interface TicketOf extends Ticket {
+/** A registered ticket: the deferred its wait awaits, and why a signal completed it (if one did). */
+interface Pending {
   readonly deferred: Deferred.Deferred<WakeReason, WaitError>
+  woken: WakeReason | undefined
+}
+
+/** A ticket as the hub hands it out: also what signal, if any, completed it. */
+interface OwnTicket extends Ticket {
+  readonly woken: () => WakeReason | undefined
 }
 
 export const makeWakeHub = (): WakeHub => {
-  const topics = new Map<string, Set<Deferred.Deferred<WakeReason, WaitError>>>()
+  const topics = new Map<string, Set<Pending>>()
   const listeners: Array<(waiting: boolean) => void> = []
   let failure: WaitError | undefined
   let waiting = 0
@@ -78,18 +86,15 @@ export const makeWakeHub = (): WakeHub => {
     if (before !== waiting > 0) for (const listener of listeners) listener(waiting > 0)
   }
 
-  // The tickets a signal completed, and why: one whose round then failed or was interrupted never saw it.
-  const signalledWith = new WeakMap<Deferred.Deferred<WakeReason, WaitError>, WakeReason>()
-
   const wake = (topic: string, count: number, reason: WakeReason) => {
     if (reason === "signalled") generations.set(topic, (generations.get(topic) ?? 0) + 1)
     const tickets = topics.get(topic)
     if (tickets === undefined) return
-    for (const deferred of tickets) {
+    for (const pending of tickets) {
       if (count-- <= 0) break
-      tickets.delete(deferred)
-      if (failure === undefined) signalledWith.set(deferred, reason)
-      Deferred.unsafeDone(deferred, failure === undefined ? Exit.succeed(reason) : Exit.fail(failure))
+      tickets.delete(pending)
+      if (failure === undefined) pending.woken = reason
+      Deferred.unsafeDone(pending.deferred, failure === undefined ? Exit.succeed(reason) : Exit.fail(failure))
     }
     if (tickets.size === 0) topics.delete(topic)
   }
@@ -100,44 +105,44 @@ export const makeWakeHub = (): WakeHub => {
    * goes to the next waiter of the topic, which would otherwise sleep on
    * with the work there until its deadline or fallback poll.
    */
-  const passOn = (topic: string, taken: Ticket) => {
-    const reason = signalledWith.get((taken as TicketOf).deferred)
+  const passOn = (topic: string, taken: OwnTicket) => {
+    const reason = taken.woken()
     if (reason !== undefined && failure === undefined) wake(topic, 1, reason)
   }
 
-  const ticket = (topic: string): Ticket => {
+  const ticket = (topic: string): OwnTicket => {
     if (failure !== undefined) {
       const replaced = failure
-      return { wait: () => Effect.fail(replaced), cancel: () => {} }
+      return { waitUntil: () => Effect.fail(replaced), cancel: () => {}, woken: () => undefined }
     }
     const deferred = Deferred.unsafeMake<WakeReason, WaitError>(FiberId.none)
+    const pending: Pending = { deferred, woken: undefined }
     let tickets = topics.get(topic)
     if (tickets === undefined) {
       tickets = new Set()
       topics.set(topic, tickets)
     }
-    tickets.add(deferred)
+    tickets.add(pending)
     const cancel = () => {
       const current = topics.get(topic)
-      if (current?.delete(deferred) === true && current.size === 0) topics.delete(topic)
+      if (current?.delete(pending) === true && current.size === 0) topics.delete(topic)
     }
     // The deadline is a forked sleep that completes the same deferred: the
     // wake path then interrupts it without waiting (no race to tear down),
     // by message (`interruptAsFork`): `interruptFork` would fork a third
     // fiber to deliver it, on the path from a signal to the claim.
-    const timer = (millis: number) =>
+    const timer = (deadline: number) =>
       Effect.zipRight(
-        Effect.sleep(Duration.millis(Math.max(0, millis))),
+        Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Duration.millis(Math.max(0, deadline - now)))),
         Effect.sync(() => Deferred.unsafeDone(deferred, Exit.succeed<WakeReason>("timeout")))
       )
-    const taken: TicketOf = {
-      deferred,
-      wait: (millis) =>
+    return {
+      waitUntil: (deadline) =>
         Effect.acquireUseRelease(
           Effect.sync(() => track(1)),
           () =>
             Effect.flatMap(
-              Effect.fork(timer(millis)),
+              Effect.fork(timer(deadline)),
               (sleeper) =>
                 Effect.ensuring(Deferred.await(deferred), Effect.fiberIdWith((id) => Fiber.interruptAsFork(sleeper, id)))
             ),
@@ -147,9 +152,9 @@ export const makeWakeHub = (): WakeHub => {
               cancel()
             })
         ),
-      cancel
+      cancel,
+      woken: () => pending.woken
     }
-    return taken
   }
 
   return {

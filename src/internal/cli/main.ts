@@ -77,12 +77,6 @@ const helpFor = (argv: ReadonlyArray<string>) =>
   withPlainText(cli(["node", "alkstore", ...resolve(tree, argv).path, "--help"]), { toStderr: true }).pipe(Effect.ignore)
 
 /**
- * Runs the CLI on `argv` (without node and the script) and resolves to the
- * exit code: failures are printed as one line on stderr, usage errors
- * followed by the command's help. A command stopped by an interrupt
- * (Ctrl-C, SIGTERM) ends normally: `watch` and `dashboard` run until then.
- */
-/**
  * The exit code of a command an interrupt (Ctrl-C, SIGTERM) ended: how `watch` and `dashboard` stop (0); any
  * other command was stopped before it was done, which a script must not read as success.
  */
@@ -91,6 +85,13 @@ const interruptedExit = (argv: ReadonlyArray<string>): number => {
   return command === "watch" || command === "dashboard" ? exitCodes.ok : exitCodes.interrupted
 }
 
+/**
+ * Runs the CLI on `argv` (without node and the script) and resolves to the
+ * exit code: failures are printed as one line on stderr, usage errors
+ * followed by the command's help. A command stopped by an interrupt
+ * (Ctrl-C, SIGTERM) exits 130 (`alkstore: interrupted`), except `watch` and
+ * `dashboard`, which run until then and end normally (`interruptedExit`).
+ */
 export const program = (argv: ReadonlyArray<string>): Effect.Effect<number> =>
   Option.match(unknownOption(tree, argv), {
     onNone: () => withPlainText(cli(["node", "alkstore", ...argv])),

@@ -175,7 +175,10 @@ export const migrate = (executor: PgExecutor, schema: string) =>
 
 /** Whether every migration is applied already (any failure, a missing table, says no). */
 const upToDate = (executor: PgExecutor, schema: string) =>
-  executor.all<{ migration_id: number }>(`SELECT migration_id FROM ${schema}.${migrationsTable}`, []).pipe(Effect.map((rows) => allApplied(rows, migrationIds)), Effect.orElseSucceed(() => false))
+  executor.all<{ migration_id: number }>(`SELECT migration_id FROM ${schema}.${migrationsTable}`, []).pipe(
+    Effect.map((rows) => allApplied(rows, migrationIds)),
+    Effect.orElseSucceed(() => false)
+  )
 
 const migrateLocked = (executor: PgExecutor, schema: string) =>
   executor.transaction(Effect.gen(function*() {
