@@ -81,7 +81,8 @@ export interface Totals {
    * The highest job id ever assigned: its growth is the enqueue count. On
    * PostgreSQL an enqueue rolled back with its transaction still took an id
    * from the sequence, so there it counts those too (a deduplicated keyed
-   * enqueue takes none).
+   * enqueue takes none, except one that waited for the key's holder in a
+   * transaction still open: it took one before it met the key).
    */
   readonly lastJobId: number
   /** Jobs in the table (pending, scheduled, claimed, dead). */

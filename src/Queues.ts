@@ -169,7 +169,10 @@ export interface EnqueueOpts {
 export interface ProcessOpts {
   /** Handlers running at once; default 1, at most 100 000. */
   readonly concurrency?: number
-  /** Heartbeat each claim every third of its visibility timeout while the handler runs. */
+  /**
+   * Heartbeat each claim every third of its visibility timeout while the handler runs (extending only: a
+   * lease the handler made longer with its own `heartbeat` is kept).
+   */
   readonly heartbeat?: boolean
 }
 

@@ -177,7 +177,7 @@ describe("alkstore CLI", () => {
     expect(pg.stderr).toContain("cannot open database postgres://user:***@127.0.0.1:1/alk")
     const created = path.join(dir, "created.db")
     const migrated = await cli(["migrate", "--db", created])
-    expect([migrated.code, migrated.stdout.trim()]).toEqual([0, "schema up to date: 1_queues_and_locks, 2_scheduler, 3_flow_control, 4_trace_context, 5_effect_stores, 6_job_ids_without_autoincrement, 8_dead_job_indexes"])
+    expect([migrated.code, migrated.stdout.trim()]).toEqual([0, "schema up to date: 1_queues_and_locks, 2_scheduler, 3_flow_control, 4_trace_context, 5_effect_stores, 6_job_ids_without_autoincrement, 8_dead_job_indexes, 9_flow_group_by_state"])
     const viaEnv = await cli(["stats"], { env: { ALKSTORE_DB: created } })
     expect([viaEnv.code, viaEnv.stdout.trim()]).toEqual([0, "no queues yet"])
   })

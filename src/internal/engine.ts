@@ -84,6 +84,8 @@ export const sharesAllButPayload = (a: NewJob, b: NewJob) =>
 export interface MaintenanceRow {
   readonly expired: number
   readonly purged: number
+  /** Flow-control claim-log scopes forgotten (their last claim left the window). */
+  readonly pruned: number
   readonly expiredByQueue: ReadonlyArray<{ readonly queue: string; readonly count: number }>
 }
 

@@ -55,8 +55,9 @@ export interface StartRequest {
 export interface Start {
   readonly inFlight: number
   readonly queueLast: number
-  /** Claimed jobs whose lease lapsed. */
+  /** Claimed jobs whose lease lapsed, the first `EXTRA_PAGE` in walk order. */
   readonly lapsed: ReadonlyArray<Candidate>
+  /** Due scheduled rows (as asked), the first ones in walk order. */
   readonly dueScheduled: ReadonlyArray<Candidate>
   /** Due pending jobs in walk order, the first `pageSize`. */
   readonly page: ReadonlyArray<Candidate>
@@ -98,6 +99,11 @@ export interface FlowOps {
   readonly start: (request: StartRequest) => Start
   /** Due pending jobs in walk order, after `after` (exclusive). */
   readonly pending: (after: Candidate, size: number) => ReadonlyArray<Candidate>
+  /**
+   * The next page, in walk order after `after` (exclusive), of the queue's lapsed claims or (a read-only
+   * walk) its due scheduled rows: what `start` read first, `EXTRA_PAGE` rows at a time.
+   */
+  readonly extra: (kind: ExtraKind, after: Candidate, size: number) => ReadonlyArray<Candidate>
   /** `ahead` counts live jobs of `group` ahead of (round, id) up to `cap` (null: not asked); `last` when `log`. */
   readonly groupStart: (group: string, round: number, id: number, cap: number | null, log: boolean) => GroupStart
   /** Live jobs of `group` ahead of (round, id), counted up to `cap`. */
@@ -161,11 +167,40 @@ const groupScope = (group: string) => `#${group}`
 /** The size of a walk's first page of pending candidates (an engine that reads ahead asks for the same). */
 export const firstPageSize = (n: number, mode: FlowMode) => Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
 
-/** How many due scheduled rows a walk reads (a read-only walk cannot promote them; a claim promotes first). */
-export const dueScheduledToRead = (mode: FlowMode) => mode === "claim" ? 0 : mode === "probe" ? 1000 : 1_000_000
+/**
+ * Lapsed claims and (for a read-only walk) due scheduled rows are read in pages of this many, in walk
+ * order, and a full page is followed by the next (`extra`): rare rows, read apart from the pending pages
+ * (which stay on their covering index); the walk meets them where their order puts them, however many
+ * there are.
+ */
+export const EXTRA_PAGE = 1000
+
+export type ExtraKind = "lapsed" | "due"
+
+/** How many due scheduled rows a walk reads first (a read-only walk cannot promote them; a claim promotes first). */
+export const dueScheduledToRead = (mode: FlowMode) => mode === "claim" ? 0 : EXTRA_PAGE
 
 export const walkOrder = (a: Candidate, b: Candidate) =>
   b.priority - a.priority || a.round - b.round || a.runAt - b.runAt || a.id - b.id
+
+/** Lapsed claims or due scheduled rows as the walk pages through them. */
+interface ExtraRows {
+  readonly kind: ExtraKind
+  page: ReadonlyArray<Candidate>
+  i: number
+  more: boolean
+}
+
+/** The next row of `rows` (reading its next page when this one is done and was full), not taken. */
+function* headOf(rows: ExtraRows, seen: Array<Candidate> | undefined): Walk<Candidate | undefined> {
+  if (rows.i >= rows.page.length && rows.more) {
+    rows.page = yield* call("extra", rows.kind, rows.page[rows.page.length - 1]!, EXTRA_PAGE)
+    rows.more = rows.page.length === EXTRA_PAGE
+    rows.i = 0
+    if (seen !== undefined) seen.push(...rows.page)
+  }
+  return rows.page[rows.i]
+}
 
 interface GroupState {
   blocked: boolean
@@ -238,14 +273,21 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   if (lim.concurrency !== null) budget = Math.min(budget, lim.concurrency - start.inFlight)
   const queueLast = start.queueLast
 
-  const extra = start.lapsed.length === 0 && start.dueScheduled.length === 0
-    ? start.lapsed
-    : [...start.lapsed, ...start.dueScheduled].sort(walkOrder)
+  // Lapsed claims and due scheduled rows, each in walk order, met beside the pending pages.
+  const lapsed: ExtraRows = { kind: "lapsed", page: start.lapsed, i: 0, more: start.lapsed.length === EXTRA_PAGE }
+  const due: ExtraRows = {
+    kind: "due",
+    page: start.dueScheduled,
+    i: 0,
+    more: dry && start.dueScheduled.length === EXTRA_PAGE
+  }
+  // Every lapsed claim read so far (a dry walk's `doomedAhead`).
+  const lapsedSeen = lapsed.more ? [...start.lapsed] : undefined
+  const extraLeft = () => lapsed.i < lapsed.page.length || lapsed.more || due.i < due.page.length || due.more
   let page: ReadonlyArray<Candidate> = budget > 0 ? start.page : []
   let size = firstPageSize(n, mode)
   let more = page.length === size
   let i = 0
-  let j = 0
   while (budget > 0) {
     if (i >= page.length && more) {
       size = Math.min(PAGE_MAX, size * 4)
@@ -254,9 +296,21 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       i = 0
     }
     const p = page[i]
-    const e = extra[j]
+    let e: Candidate | undefined
+    let from: ExtraRows | undefined
+    if (extraLeft()) {
+      const l = yield* headOf(lapsed, lapsedSeen)
+      const d = yield* headOf(due, undefined)
+      from = l === undefined ? due : d === undefined || walkOrder(l, d) <= 0 ? lapsed : due
+      e = from === lapsed ? l : d
+    }
     if (p === undefined && e === undefined) break
-    const c = p !== undefined && (e === undefined || walkOrder(p, e) <= 0) ? page[i++]! : extra[j++]!
+    let c: Candidate
+    if (p !== undefined && (e === undefined || walkOrder(p, e) <= 0)) c = page[i++]!
+    else {
+      c = e!
+      from!.i++
+    }
     // A dry walk (stats, a waiter's probe) passes over what a claim would bury: it takes no slot.
     if (dry && c.doomed) continue
     let group = groups.get(c.group)
@@ -264,7 +318,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     if (groupLimited) {
       // A dry walk leaves the doomed lapsed claims ahead of `c` claimed, where a claim buries them first: the
       // count of live jobs ahead passes over them (counted up to the cap plus them, then less them).
-      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(start.lapsed, c) : 0
+      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(lapsedSeen ?? start.lapsed, c) : 0
       const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
       let ahead: number | undefined
       if (group === undefined) {

@@ -127,6 +127,12 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
    * handler that settles its handle itself leaves the worker's ack nothing to do, and not `lost`.
    */
   readonly settledAs: Exclude<Outcome, "lost"> | undefined
+  /**
+   * `process`'s automatic heartbeat: the lease extended to a visibility timeout from now, unless it already
+   * ends later (a handler's own `heartbeat(longer)` is kept, never shortened); whether the claim is held
+   * (`true` without a write when the lease is long enough already).
+   */
+  readonly keepAlive: Effect.Effect<boolean, SqlError | InvalidOptions>
 }
 
 /** What settling a claim came to (a span's `alkstore.outcome`). */
@@ -295,6 +301,12 @@ export const makeHandles = <A>(
           traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
           (ok) => (ok ? "dead" : "lost")
         )
+    }
+    get keepAlive() {
+      return Effect.flatMap(now, (at) =>
+        this.leaseEnd !== null && this.leaseEnd >= at + this.row.visibility_timeout
+          ? Effect.succeed(true)
+          : this.heartbeat())
     }
     get heartbeat() {
       const { fence, row, spanOptions } = this

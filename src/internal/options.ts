@@ -257,25 +257,35 @@ const checkEnqueueOptions = (
       group: ""
     }
   }
-  const priority = checkSafeInteger("priority", options.priority)
+  // Each field read once (a getter or a Proxy answers each read anew): the value checked is the value written.
+  const {
+    delay: delayInput,
+    expires: expiresInput,
+    group,
+    key,
+    maxAttempts: maxAttemptsInput,
+    priority: priorityInput,
+    runAt: runAtInput
+  } = options
+  const priority = checkSafeInteger("priority", priorityInput)
   if (isInvalid(priority)) return priority
-  const maxAttempts = checkSafeInteger("maxAttempts", options.maxAttempts, 1)
+  const maxAttempts = checkSafeInteger("maxAttempts", maxAttemptsInput, 1)
   if (isInvalid(maxAttempts)) return maxAttempts
-  const expires = checkOptionalDuration("expires", options.expires)
+  const expires = checkOptionalDuration("expires", expiresInput)
   if (isInvalid(expires)) return expires
-  if (options.delay !== undefined && options.runAt !== undefined) {
+  if (delayInput !== undefined && runAtInput !== undefined) {
     return new InvalidOptions({ field: "delay", reason: "delay and runAt cannot be given together" })
   }
-  const delay = checkOptionalDuration("delay", options.delay)
+  const delay = checkOptionalDuration("delay", delayInput)
   if (isInvalid(delay)) return delay
-  const runAtField = options.runAt !== undefined ? "runAt" : delay !== undefined ? "delay" : "visibilityTimeout"
-  const runAt = options.runAt !== undefined
-    ? checkInstant("runAt", options.runAt)
+  const runAtField = runAtInput !== undefined ? "runAt" : delay !== undefined ? "delay" : "visibilityTimeout"
+  const runAt = runAtInput !== undefined
+    ? checkInstant("runAt", runAtInput)
     : checkInstantAfter("delay", now, delay ?? 0)
   if (isInvalid(runAt)) return runAt
-  const keyError = options.key === undefined ? undefined : checkText("key", options.key)
+  const keyError = key === undefined ? undefined : checkText("key", key)
   if (keyError !== undefined) return keyError
-  const groupError = options.group === undefined ? undefined : checkText("group", options.group)
+  const groupError = group === undefined ? undefined : checkText("group", group)
   if (groupError !== undefined) return groupError
   const expiresAfter = expires ?? stamp.expiresMillis
   const expiresAt = expiresAfter === undefined ? undefined : checkInstantAfter("expires", now, expiresAfter)
@@ -293,8 +303,8 @@ const checkEnqueueOptions = (
     visibilityTimeoutMillis: stamp.visibilityTimeoutMillis,
     backoffBaseMillis: stamp.backoffBaseMillis,
     expiresAt,
-    key: options.key,
-    group: options.group ?? ""
+    key,
+    group: group ?? ""
   }
 }
 

@@ -39,7 +39,8 @@ export const makeQueues: Effect.Effect<Q.QueuesShape, never, Engine> = Effect.ge
 /**
  * A maintenance run (expiry and retention) at one instant, in bounded rounds
  * (src/internal/rounds.ts) of at most the engine's `maintenanceRows` of each
- * kind, until neither is left: a backlog (a million jobs that died in an
+ * kind (expired jobs, dead jobs past retention, flow control's stale claim-log
+ * scopes), until none is left: a backlog (a million jobs that died in an
  * outage, purged a week later; a queue's expired jobs after its workers were
  * down) no longer runs as one statement. Expiries counted per queue.
  */
@@ -55,7 +56,7 @@ export const runMaintenance = (engine: EngineShape): Effect.Effect<Q.Maintenance
       for (const { count, queue } of round.expiredByQueue) countExpired(queue, count)
       expired += round.expired
       purged += round.purged
-      return round.expired === limit || round.purged === limit
+      return round.expired === limit || round.purged === limit || round.pruned === limit
     }))
     return { expired, purged, rounds }
   }), (result, span) => {

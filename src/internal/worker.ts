@@ -93,7 +93,8 @@ export const makeProcess = <A>(
   /**
    * The exit of `effect` (the handler, interruptible through the worker's
    * `restore`), run with its claim's lease extended every third of the
-   * visibility timeout until that exit is known. The beat is a fiber of its
+   * visibility timeout until that exit is known (never shortened: a lease
+   * the handler extended further itself is kept). The beat is a fiber of its
    * own, outside the worker's children and interruptible whatever the
    * caller's region (a worker runs under `uninterruptibleMask`): a stop that
    * interrupts the worker while its handler cannot be interrupted (an
@@ -103,9 +104,10 @@ export const makeProcess = <A>(
    * the next one comes on the schedule; the beating stops early only when a
    * heartbeat finds the claim lost.
    */
-  const withHeartbeat = <X, E, R>(handle: Q.JobHandle<A>, effect: Effect.Effect<X, E, R>) => {
+  const withHeartbeat = <X, E, R>(handle: ClaimHandle<A>, effect: Effect.Effect<X, E, R>) => {
     const every = Duration.millis(Math.min(Math.max(1, Duration.toMillis(handle.job.visibilityTimeout) / 3), maxRenewalMillis))
-    const beatOnce = Effect.catchAllCause(handle.heartbeat(), (cause) =>
+    // Extends only: a lease the handler made longer itself is left as it is.
+    const beatOnce = Effect.catchAllCause(handle.keepAlive, (cause) =>
       Effect.as(
         Effect.logWarning(
           `alkstore: a heartbeat of job ${handle.job.id} of ${name} failed; the next one comes on schedule`,

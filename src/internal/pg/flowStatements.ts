@@ -1,3 +1,4 @@
+import { EXTRA_PAGE } from "../flow.js"
 import { claimSetOf, fencedRow } from "./claimSql.js"
 import { jobColumns } from "./rows.js"
 
@@ -48,13 +49,19 @@ export const flowStatements = (s: string) => {
   const queueLast = (asked: string, q = "$1") =>
     `CASE WHEN ${asked} THEN (SELECT coalesce(max(seq), 0) FROM ${log} WHERE queue = ${q} AND scope = '') ELSE 0 END
       AS queue_last`
-  const lapsed = (q = "$1", t = "$2::bigint") =>
-    asJson(`SELECT ${candidate}, (attempts >= max_attempts OR coalesce(expires_at <= ${t}, false)) AS doomed
+  // The lapsed claims and due scheduled rows in walk order, `EXTRA_PAGE` at a time (the walk reads the next
+  // page after its last row with `lapsedAfter` / `dueAfter`). Rare rows, sorted.
+  const lapsedRows = (q: string, t: string, after = "") =>
+    `SELECT ${candidate}, (attempts >= max_attempts OR coalesce(expires_at <= ${t}, false)) AS doomed
     FROM ${jobs} WHERE queue = ${q} AND state = 'claimed'
-    AND claimed_until <= ${t} AND flow_round IS NOT NULL LIMIT 1000`) + " AS lapsed"
-  const due = (cap: string) =>
-    `CASE WHEN ${cap} > 0 THEN ${asJson(`SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled'
-      AND run_at <= $2::bigint AND flow_round IS NOT NULL LIMIT ${cap}`)} ELSE '[]' END AS due`
+    AND claimed_until <= ${t} AND flow_round IS NOT NULL${after} ${order} LIMIT ${EXTRA_PAGE}`
+  const lapsed = (q = "$1", t = "$2::bigint") => asJson(lapsedRows(q, t), order) + " AS lapsed"
+  const dueRows = (cap: string, after = "") =>
+    `SELECT ${candidate} FROM ${jobs} WHERE queue = $1 AND state = 'scheduled'
+      AND run_at <= $2::bigint AND flow_round IS NOT NULL${after} ${order} LIMIT ${cap}`
+  const due = (cap: string) => `CASE WHEN ${cap} > 0 THEN ${asJson(dueRows(cap), order)} ELSE '[]' END AS due`
+  // After the candidate ($3 priority, $4 round, $5 run_at, $6 id), in walk order.
+  const afterCandidate = ` AND (-priority, flow_round, run_at, id) > (-$3::bigint, $4::bigint, $5::bigint, $6::bigint)`
   // A group as the walk first meets it: `g` the candidate (group_key, round, id), `cap` the group
   // concurrency or NULL, `logged` whether to read its log. The live jobs ahead are read in the order of
   // `__alkstore_jobs_flow_group`: without the ORDER BY the planner, seeing most of the queue in one group,
@@ -191,6 +198,9 @@ export const flowStatements = (s: string) => {
     // A group as the walk first meets it ($1 queue, $2 now, $3 group, $4/$5 the candidate's round and id,
     // $6 the cap or NULL, $7 read its log).
     groupStart: `SELECT ${groupColumns("$6::bigint", "$7::boolean", "$3::text", "$4::bigint", "$5::bigint")}`,
+    // The next page of lapsed claims or due scheduled rows ($1 queue, $2 now, $3–$6 the page's last row).
+    lapsedAfter: lapsedRows("$1", "$2::bigint", afterCandidate),
+    dueAfter: dueRows(String(EXTRA_PAGE), afterCandidate),
     groupAhead: `SELECT count(*) AS n FROM (SELECT 1 FROM ${jobs} WHERE queue = $1 AND group_key = $2 AND state <> 'dead'
       AND flow_round IS NOT NULL AND (flow_round, id) < ($3::bigint, $4::bigint) ORDER BY flow_round, id LIMIT $5) AS ahead`,
     // Claim `seq`, or when it was pruned the oldest claim logged after it (flow.ts `logAt`).

@@ -255,6 +255,13 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
         })
       },
       pending: (after, size) => candidates(sql.pendingAfter, [queue, after.priority, after.round, after.runAt, after.id, size]),
+      extra: (kind, after) =>
+        Effect.tap(
+          candidates(kind === "lapsed" ? sql.lapsedAfter : sql.dueAfter, [queue, now, after.priority, after.round, after.runAt, after.id]),
+          (page) => {
+            if (kind === "lapsed") for (const c of page) lapsedIds.add(c.id)
+          }
+        ),
       groupStart: (group, round, id, cap, log) => {
         const read = ahead?.groups.get(id)
         if (read !== undefined && cap === ahead!.lim.groupConcurrency && log === (ahead!.lim.groupRateLimit !== null)) {

@@ -250,11 +250,13 @@ export const queueStatements = (s: string, n: Notifier) => {
     // The claim logs (flow control) of scopes whose last claim left the window of the rule in force
     // ($1 now; at most $2 scopes): a claim prunes only its own scope, and a group that never claims again
     // (a user, an order) kept its entries for good.
-    pruneFlowLog: `DELETE FROM ${s}.__alkstore_flow_log WHERE (queue, scope) IN (
+    pruneFlowLog: `WITH stale AS (
         SELECT f.queue, f.scope FROM ${s}.__alkstore_flow_log AS f JOIN ${s}.__alkstore_flow_limits AS l ON l.queue = f.queue
         GROUP BY f.queue, f.scope
         HAVING max(f.at) <= $1::bigint - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
-        LIMIT $2::bigint)`,
+        LIMIT $2::bigint
+      ), pruned AS (DELETE FROM ${s}.__alkstore_flow_log WHERE (queue, scope) IN (SELECT queue, scope FROM stale))
+      SELECT count(*) AS n FROM stale`,
     purgeSomeDeadBefore: plannedEachCall(`WITH d AS (DELETE FROM ${jobs} USING (
           SELECT ctid AS c FROM ${jobs} WHERE state = 'dead' AND died_at < $1::bigint LIMIT $2::bigint) picked
         WHERE ctid = picked.c AND state = 'dead' AND died_at < $1::bigint RETURNING 1)

@@ -166,12 +166,22 @@ export const makeQueueStorage = (
     Effect.gen(function*() {
       const claimed: Array<JobRow> = []
       const died: Array<JobRow> = []
+      // Claimed by the flow walk, when a round found the queue limited meanwhile (in the walk's order).
+      let walked: ReadonlyArray<JobRow> = []
       let rows = first
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
         if (rows === undefined) {
           const raw = yield* db.all(wanted === 1 ? sql.claimOne : sql.claim, [now, workerId, queue, wanted])
-          if (raw[0]?.limited === true) return yield* limitedClaim(queue, workerId, now, limit)
+          if (raw[0]?.limited === true) {
+            // Another process's `setLimits` committed between two rounds: the walk claims what is still
+            // wanted, after what the earlier rounds claimed (committed, theirs to answer for).
+            const rest = yield* limitedClaim(queue, workerId, now, wanted)
+            if (claimed.length === 0 && died.length === 0) return rest
+            walked = rest.filter((row) => row.state === "claimed")
+            for (const row of rest) if (row.state !== "claimed") died.push(row)
+            break
+          }
           // A full batch of due scheduled rows was promoted and nothing claimed (queueStatements.ts): again.
           if (raw[0]?.backlog === true) continue
           rows = yield* decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow)
@@ -182,7 +192,7 @@ export const makeQueueStorage = (
       }
       if (claimed.length > 1) claimed.sort(claimOrder)
       // Candidates met dead come after the claims (for the metrics; they are not claims).
-      return died.length === 0 ? claimed : [...claimed, ...died]
+      return died.length === 0 && walked.length === 0 ? claimed : [...claimed, ...walked, ...died]
     })
 
   // Flow control: the walk (optimistic, or in a transaction of its own on the limits row: flowStorage.ts).
@@ -320,8 +330,8 @@ export const makeQueueStorage = (
           (row) => ({ queue: row.queue as string, count: int(row.n, "count") })
         )
         const purged = yield* counted(db.all(sql.purgeSomeDeadBefore, [purgeDiedBefore, limit]))
-        yield* db.all(sql.pruneFlowLog, [now, limit])
-        return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, expiredByQueue }
+        const pruned = yield* counted(db.all(sql.pruneFlowLog, [now, limit]))
+        return { expired: expiredByQueue.reduce((sum, q) => sum + q.count, 0), purged, pruned, expiredByQueue }
       }))
   }
 }

@@ -201,6 +201,8 @@ const makeSignal = (executor: PgExecutor, wake: EngineShape["wake"]): EngineShap
 export interface Built {
   readonly mechanisms: Context.Context<Mechanisms>
   readonly clock: Clock.Clock | undefined
+  /** The store's transactions on its client (`PgStore.layer` gives its own client's `withTransaction` them). */
+  readonly transaction: PgExecutor["transaction"]
 }
 
 /**
@@ -265,10 +267,10 @@ export const buildMechanisms = (
     const mechanisms = Context.add(yield* makeMechanisms(engine), StoreActivity, { inFlight: executor.inFlight }) as Context.Context<
       Mechanisms
     >
-    if (options.clock === "host") return { mechanisms, clock: undefined }
+    if (options.clock === "host") return { mechanisms, clock: undefined, transaction: executor.transaction }
     const host = yield* Clock.clockWith(Effect.succeed)
     const aligned = yield* makeDatabaseClock(measureOffset(executor, host), host, settings.clockResyncMillis)
-    return { mechanisms, clock: aligned.clock }
+    return { mechanisms, clock: aligned.clock, transaction: executor.transaction }
   })
 
 /** The layer's context, and the aligned clock set for the program it is provided to. */
@@ -303,6 +305,10 @@ export const layer = (
     // start for ever (`PgClient.make`'s own 5 s timeout wraps an uninterruptible first query).
     const client = yield* PgClient.make({ ...options, connectTimeout: options.connectTimeout ?? defaultConnectTimeout })
     const built = yield* buildMechanisms(client, settings, options)
+    // The pool is the store's: the application's `sql.withTransaction` on it is the store's transaction, as
+    // on `SqliteStore.layer` — refused inside another client's transaction (`@effect/sql`'s own would send a
+    // SAVEPOINT to that client's connection), a failed COMMIT a typed `SqlError`, wakes after the commit.
+    Object.assign(client, { withTransaction: built.transaction })
     return {
       context: built.mechanisms.pipe(Context.add(SqlClient.SqlClient, client), Context.add(PgClient.PgClient, client)),
       clock: built.clock

@@ -17,11 +17,25 @@ import type { Param } from "./executor.js"
  * passed (docs/flow-control.md, "Rounds").
  */
 export const flowInsertColumns = "group_key, flow_round"
-export const flowInsertValues = `?, (SELECT max(coalesce((SELECT max(j.flow_round) + 1 FROM __alkstore_jobs AS j
-      WHERE j.queue = ? AND j.group_key = ? AND j.state <> 'dead' AND j.flow_round IS NOT NULL), 0),
+
+/**
+ * `__alkstore_jobs_flow_group` (migration 9) holds a limited queue's live jobs by (queue, group, state, round,
+ * id, lease end): a claim moves its entry within its group's range, and its ack deletes it — one index for
+ * the group's claims and for its jobs in order (two before, each written by every claim and ack). Named, and
+ * its predicate said in full, so the planner takes it whatever statistics an application's `ANALYZE` left.
+ */
+export const byGroupState = "__alkstore_jobs INDEXED BY __alkstore_jobs_flow_group"
+export const liveInFlow = "state <> 'dead' AND flow_round IS NOT NULL"
+export const liveStates = ["claimed", "pending", "scheduled"] as const
+
+// The group's last live round, one index seek per state (`?` queue and group, three times).
+const lastRoundOf = (state: string) =>
+  `coalesce((SELECT max(flow_round) FROM ${byGroupState} WHERE queue = ? AND group_key = ? AND state = '${state}'
+      AND ${liveInFlow}), -1)`
+export const flowInsertValues = `?, (SELECT max(max(${liveStates.map(lastRoundOf).join(", ")}) + 1,
       coalesce((SELECT min(p.flow_round) FROM __alkstore_jobs AS p WHERE p.queue = f.queue AND p.priority = ?
         AND p.state = 'pending' AND p.flow_round IS NOT NULL), f.current_round)) + ?
     FROM __alkstore_flow_limits AS f WHERE f.queue = ?)`
 /** The parameters after `newJobValues` (whose last value is the group). */
 export const flowInsertParams = (job: NewJob, offset = 0): Array<Param> =>
-  [job.queue, job.group, job.priority, offset, job.queue]
+  [job.queue, job.group, job.queue, job.group, job.queue, job.group, job.priority, offset, job.queue]

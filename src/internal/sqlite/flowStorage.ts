@@ -4,6 +4,7 @@ import type { FlowStorage, JobRow } from "../engine.js"
 import {
   type Call,
   type Candidate,
+  EXTRA_PAGE,
   type FlowEffectOps,
   type FlowMemory,
   type FlowMode,
@@ -16,6 +17,7 @@ import {
 } from "../flow.js"
 import type { ResolvedLimits } from "../options.js"
 import type { DirectConnection, Executor, Param } from "./executor.js"
+import { byGroupState, liveInFlow, liveStates } from "./flowInsert.js"
 import { byLiteral, claimSet, jobColumns, numbered, rowOf, sql as queueSql } from "./queueStatements.js"
 
 /**
@@ -38,12 +40,16 @@ const pendingWhere = `queue = +?1 AND state = 'pending' AND flow_round IS NOT NU
 const limitsColumns = `concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
       group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound`
 // A group's start (live claims, live jobs ahead up to the cap, its log's end), for a group, candidate and
-// instant given as parameters or as a page row's columns (`groupStart`, `pendingHead`).
-const groupInFlightOf = (group: string, now: string) => `(SELECT count(*) FROM __alkstore_jobs
-    WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed' AND flow_round IS NOT NULL AND claimed_until > ${now})`
-const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4") => `(SELECT count(*) FROM (SELECT 1 FROM __alkstore_jobs
-    WHERE queue = +?1 AND group_key = ${group} AND state <> 'dead' AND flow_round IS NOT NULL AND (flow_round, id) < (${round}, ${id})
-    LIMIT ${cap}))`
+// instant given as parameters or as a page row's columns (`groupStart`, `pendingHead`). Read from
+// `__alkstore_jobs_flow_group` (migration 9: a limited queue's live jobs by group, state, round and id, with
+// each claim's lease end), one range per state; its predicate is said in full so that it can serve.
+const groupInFlightOf = (group: string, now: string) => `(SELECT count(*) FROM ${byGroupState}
+    WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed' AND ${liveInFlow} AND claimed_until > ${now})`
+const aheadIn = (state: string, cap: number, group: string, round: string, id: string) =>
+  `(SELECT count(*) FROM (SELECT 1 FROM ${byGroupState} WHERE queue = +?1 AND group_key = ${group} AND state = '${state}'
+    AND ${liveInFlow} AND (flow_round, id) < (${round}, ${id}) LIMIT ${cap}))`
+const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4") =>
+  `min(${cap}, ${liveStates.map((state) => aheadIn(state, cap, group, round, id)).join(" + ")})`
 const groupLastOf = (group: string) =>
   `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
 
@@ -76,13 +82,22 @@ const sql = {
   pendingLower: byLiteral((size: number) =>
     numbered(`SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} AND priority < +?2 ${flowOrder} LIMIT ${size}`)
   ),
+  // The lapsed claims and due scheduled rows in walk order, `EXTRA_PAGE` at a time: the first page, and
+  // the next after a candidate (`?3`–`?6` its priority, round, run_at and id). Rare rows, sorted.
   lapsed: numbered(`SELECT ${candidateColumns}, (attempts >= max_attempts OR (expires_at IS NOT NULL AND expires_at <= ?2)) AS doomed
     FROM __alkstore_jobs
-    WHERE queue = +?1 AND state = 'claimed' AND claimed_until <= +?2 AND flow_round IS NOT NULL LIMIT 1000`),
+    WHERE queue = +?1 AND state = 'claimed' AND claimed_until <= +?2 AND flow_round IS NOT NULL ${flowOrder} LIMIT ${EXTRA_PAGE}`),
+  lapsedAfter: numbered(`SELECT ${candidateColumns}, (attempts >= max_attempts OR (expires_at IS NOT NULL AND expires_at <= ?2)) AS doomed
+    FROM __alkstore_jobs
+    WHERE queue = +?1 AND state = 'claimed' AND claimed_until <= +?2 AND flow_round IS NOT NULL
+      AND (-priority, flow_round, run_at, id) > (-?3, +?4, +?5, +?6) ${flowOrder} LIMIT ${EXTRA_PAGE}`),
   dueScheduled: byLiteral((size: number) =>
     numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs
-      WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2 AND flow_round IS NOT NULL LIMIT ${size}`)
+      WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2 AND flow_round IS NOT NULL ${flowOrder} LIMIT ${size}`)
   ),
+  dueAfter: numbered(`SELECT ${candidateColumns} FROM __alkstore_jobs
+    WHERE queue = +?1 AND state = 'scheduled' AND run_at <= +?2 AND flow_round IS NOT NULL
+      AND (-priority, flow_round, run_at, id) > (-?3, +?4, +?5, +?6) ${flowOrder} LIMIT ${EXTRA_PAGE}`),
   // `?1` queue, `?2` group, `?3`/`?4` the candidate's round and id, `?5` now: one row, what the walk needs.
   groupStart: byLiteral((key: string) => {
     const [cap, log] = key.split(":")
@@ -235,6 +250,10 @@ const genOps: GenOps = {
     if (same.length === size) return same
     const lower = yield* literal(sql.pendingLower(size - same.length), [queue, after.priority])
     return same.length === 0 ? lower : [...same, ...lower]
+  },
+  *extra({ now, queue }, kind, after) {
+    const statement = kind === "lapsed" ? sql.lapsedAfter : sql.dueAfter
+    return yield* rows<Candidate>(statement.text, statement.bind([queue, now, after.priority, after.round, after.runAt, after.id]))
   },
   *groupStart({ head, now, queue, ready }, group, round, id, cap, log) {
     // Read with the page when it was its one row and the walk asks what was read (the limits' own caps).

@@ -173,7 +173,17 @@ export const migrationRecord = {
   // retention purge (`died_at` across queues: each round read the dead index of every queue before its
   // cut-off, 20-25 ms inside the write lock with a million dead jobs still kept). Only deaths, requeues and
   // purges write them.
-  "8_dead_job_indexes": statements(...deadJobIndexes)
+  "8_dead_job_indexes": statements(...deadJobIndexes),
+  // A limited queue's group reads (its live claims; its live jobs ahead of a candidate; its last round, at
+  // enqueue) from one index ordered by group then state, instead of `…_flow_group` and `…_flow_claimed`,
+  // which every limited claim and ack wrote both: a claim moves its job's entry within the group's range,
+  // an ack deletes it (flowInsert.ts). Dead jobs stay out of it, as they did.
+  "9_flow_group_by_state": statements(
+    `DROP INDEX __alkstore_jobs_flow_claimed`,
+    `DROP INDEX __alkstore_jobs_flow_group`,
+    `CREATE INDEX __alkstore_jobs_flow_group ON __alkstore_jobs (queue, group_key, state, flow_round, id, claimed_until)
+      WHERE state <> 'dead' AND flow_round IS NOT NULL`
+  )
 }
 
 export const migrations = Migrator.fromRecord(migrationRecord)

@@ -310,13 +310,13 @@ export const sql = {
   lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until <= +?1
       ORDER BY priority DESC, run_at, id LIMIT ?4`,
   // The claim logs (flow control) of scopes whose last claim left the window of the rule in force (now; at
-  // most so many scopes): a claim prunes only its own scope, and a group that never claims again (a user, an
-  // order) kept its entries for good.
-  pruneFlowLog: `DELETE FROM __alkstore_flow_log WHERE (queue, scope) IN (
-      SELECT f.queue, f.scope FROM __alkstore_flow_log AS f JOIN __alkstore_flow_limits AS l ON l.queue = f.queue
+  // most so many scopes), then each deleted: a claim prunes only its own scope, and a group that never claims
+  // again (a user, an order) kept its entries for good. A full round asks maintenance for another.
+  staleFlowScopes: `SELECT f.queue, f.scope FROM __alkstore_flow_log AS f JOIN __alkstore_flow_limits AS l ON l.queue = f.queue
       GROUP BY f.queue, f.scope
       HAVING max(f.at) <= ? - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
-      LIMIT ?)`,
+      LIMIT ?`,
+  deleteFlowScope: `DELETE FROM __alkstore_flow_log WHERE queue = ? AND scope = ?`,
   // The purge's round: its ids first, then a delete by primary key each (a DELETE has no FROM, and after an
   // ANALYZE of a nearly empty table `WHERE id IN (…)` was planned as a scan of the whole table).
   // Read in `died_at` order (migration 8), named: any other index walks dead jobs kept for longer.

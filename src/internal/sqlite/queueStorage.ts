@@ -375,8 +375,9 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
         const swept = yield* db.all<{ queue: string }>(expireSomeSql.text, expireSomeSql.bind([now, limit]))
         yield* db.run(raiseFloorSql, [])
         const purged = yield* deleteEach(db.all<{ id: number }>(sql.deadBefore, [purgeDiedBefore, limit]))
-        yield* db.run(sql.pruneFlowLog, [now, limit])
-        return { expired: swept.length, purged, expiredByQueue: countByQueue(swept) }
+        const stale = yield* db.all<{ queue: string; scope: string }>(sql.staleFlowScopes, [now, limit])
+        if (stale.length > 0) yield* db.runEach(sql.deleteFlowScope, stale.map((row) => [row.queue, row.scope]))
+        return { expired: swept.length, purged, pruned: stale.length, expiredByQueue: countByQueue(swept) }
       }))
   }
 }
