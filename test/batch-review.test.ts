@@ -3,7 +3,7 @@
  * `ackAll` and `stream({ batch })`, on every engine. Each test here fails on the current code.
  *
  * - The flow walk of a limited queue reads the queue's lapsed leases, and (in a waiter's read-only walk) its due
- *   scheduled rows, as `… LIMIT 1000` with no ORDER BY (src/internal/sqlite/flowStorage.ts `lapsed` /
+ *   scheduled rows, as `… LIMIT 1000` with no ORDER BY (src/internal/sqlite/flowStatements.ts `lapsed` /
  *   `dueScheduled`; src/internal/pg/flowStatements.ts `lapsed` / `due`; src/internal/flow.ts
  *   `dueScheduledToRead`). Past 1000 such rows, the ones the walk never sees are neither ordered nor claimable:
  *   a higher-priority lapsed job is passed over, a `claimBatch` stops at 1000, and a waiter decides that nothing

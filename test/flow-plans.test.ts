@@ -8,7 +8,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { flowSql } from "../src/internal/sqlite/flowStorage.js"
+import { flowSql } from "../src/internal/sqlite/flowStatements.js"
 import { sql as queueSql } from "../src/internal/sqlite/queueStatements.js"
 import { sqliteOwned } from "./contract/harness.js"
 import { queueOf, setLimits } from "./contract/support.js"

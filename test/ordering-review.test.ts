@@ -4,7 +4,7 @@
  *
  * Both defects here sit in the flow-control walk (a queue with limits, even `{}`), which reads the lapsed leases
  * and — in a waiter's read-only probe — the due scheduled jobs with `LIMIT 1000` and no `ORDER BY`
- * (src/internal/sqlite/flowStorage.ts `sql.lapsed` / `sql.dueScheduled`; src/internal/pg/flowStatements.ts
+ * (src/internal/sqlite/flowStatements.ts `flowSql.lapsed` / `sql.dueScheduled`; src/internal/pg/flowStatements.ts
  * `lapsed()` / `due()`): past 1000 such rows, the walk sees an arbitrary 1000 of them, not the best ones.
  */
 import { describe, expect, it } from "@effect/vitest"

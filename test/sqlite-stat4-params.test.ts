@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { flowSql } from "../src/internal/sqlite/flowStorage.js"
+import { flowSql } from "../src/internal/sqlite/flowStatements.js"
 import { batchClaimSql, claimSet, claimStatements, lapsedCandidatesSql, sql } from "../src/internal/sqlite/queueStatements.js"
 
 /**

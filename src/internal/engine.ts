@@ -1,6 +1,6 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, type Option } from "effect"
-import type { FlowMemory } from "./flow.js"
+import type { FlowMemory } from "./flowMemory.js"
 import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
 import type { Lifetime } from "./lifetime.js"
 import type { WakeHub } from "./wake.js"

@@ -7,7 +7,6 @@ import {
   dueScheduledToRead,
   firstPageSize,
   type FlowEffectOps,
-  type FlowMemory,
   type FlowMode,
   type FlowOutcome,
   flowWalk,
@@ -16,6 +15,7 @@ import {
   runEffect,
   type Start
 } from "../flow.js"
+import type { FlowMemory } from "../flowMemory.js"
 import type { ResolvedLimits } from "../options.js"
 import type { Param, PgExecutor, Row } from "./executor.js"
 import { flowStatements } from "./flowStatements.js"

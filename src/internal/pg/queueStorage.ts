@@ -13,7 +13,8 @@ import {
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
-import type { FlowMemory, FlowOutcome } from "../flow.js"
+import type { FlowOutcome } from "../flow.js"
+import type { FlowMemory } from "../flowMemory.js"
 import { queueStatements } from "./queueStatements.js"
 
 /** A claimed row, marked when it was taken from a lapsed lease. */

@@ -27,7 +27,7 @@ import { makePersistedQueueStorage } from "./persistedQueueStorage.js"
 import { makeRateLimiterStorage } from "./rateLimiterStorage.js"
 import { makeQueueStorage } from "./queueStorage.js"
 import { makeFlowStorage } from "./flowStorage.js"
-import { makeFlowMemory } from "../flow.js"
+import { makeFlowMemory } from "../flowMemory.js"
 import { followTableSizes } from "./planSize.js"
 import { makeScheduleStorage } from "./scheduleStorage.js"
 

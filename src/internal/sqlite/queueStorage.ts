@@ -6,7 +6,7 @@ import { inTransaction } from "../transactionOwner.js"
 import { expireKeyHolderParams, insertKeyedNow, insertManyNow, insertNow, insertValues } from "./jobInsert.js"
 import { keepFloorParams, keepFloorSql, raiseFloorSql } from "./jobIds.js"
 import { flowWalkEffect, flowWalkNow, readinessNow } from "./flowStorage.js"
-import type { FlowMemory } from "../flow.js"
+import type { FlowMemory } from "../flowMemory.js"
 import {
   batchClaimSql,
   claimOrder,
