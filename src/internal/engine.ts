@@ -156,6 +156,8 @@ export interface QueueStorage {
   readonly retry: (fence: Fence, runAt: number, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly bury: (fence: Fence, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>
   readonly heartbeat: (fence: Fence, claimedUntil: number) => Effect.Effect<boolean, SqlError>
+  /** `heartbeat`, but never to an end earlier than the lease's now (the automatic heartbeat). */
+  readonly keepAlive: (fence: Fence, claimedUntil: number) => Effect.Effect<boolean, SqlError>
   readonly release: (fence: Fence, now: number) => Effect.Effect<boolean, SqlError>
   readonly get: (queue: string, id: number) => Effect.Effect<Option.Option<JobRow>, SqlError>
   readonly cancel: (queue: string, id: number) => Effect.Effect<boolean, SqlError>

@@ -192,12 +192,11 @@ interface ExtraRows {
 }
 
 /** The next row of `rows` (reading its next page when this one is done and was full), not taken. */
-function* headOf(rows: ExtraRows, seen: Array<Candidate> | undefined): Walk<Candidate | undefined> {
+function* headOf(rows: ExtraRows): Walk<Candidate | undefined> {
   if (rows.i >= rows.page.length && rows.more) {
     rows.page = yield* call("extra", rows.kind, rows.page[rows.page.length - 1]!, EXTRA_PAGE)
     rows.more = rows.page.length === EXTRA_PAGE
     rows.i = 0
-    if (seen !== undefined) seen.push(...rows.page)
   }
   return rows.page[rows.i]
 }
@@ -281,8 +280,17 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     i: 0,
     more: dry && start.dueScheduled.length === EXTRA_PAGE
   }
-  // Every lapsed claim read so far (a dry walk's `doomedAhead`).
-  const lapsedSeen = lapsed.more ? [...start.lapsed] : undefined
+  // A dry walk passes over the doomed lapsed claims ahead of a candidate in its group (`doomedAhead`), which
+  // may come anywhere in walk order (a lower priority): it reads them all first (more than a page is rare).
+  if (dry && lapsed.more) {
+    const all = [...lapsed.page]
+    while (lapsed.more) {
+      const next: ReadonlyArray<Candidate> = yield* call("extra", "lapsed", all[all.length - 1]!, EXTRA_PAGE)
+      all.push(...next)
+      lapsed.more = next.length === EXTRA_PAGE
+    }
+    lapsed.page = all
+  }
   const extraLeft = () => lapsed.i < lapsed.page.length || lapsed.more || due.i < due.page.length || due.more
   let page: ReadonlyArray<Candidate> = budget > 0 ? start.page : []
   let size = firstPageSize(n, mode)
@@ -299,8 +307,8 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     let e: Candidate | undefined
     let from: ExtraRows | undefined
     if (extraLeft()) {
-      const l = yield* headOf(lapsed, lapsedSeen)
-      const d = yield* headOf(due, undefined)
+      const l = yield* headOf(lapsed)
+      const d = yield* headOf(due)
       from = l === undefined ? due : d === undefined || walkOrder(l, d) <= 0 ? lapsed : due
       e = from === lapsed ? l : d
     }
@@ -318,7 +326,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     if (groupLimited) {
       // A dry walk leaves the doomed lapsed claims ahead of `c` claimed, where a claim buries them first: the
       // count of live jobs ahead passes over them (counted up to the cap plus them, then less them).
-      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(lapsedSeen ?? start.lapsed, c) : 0
+      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(lapsed.page, c) : 0
       const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
       let ahead: number | undefined
       if (group === undefined) {

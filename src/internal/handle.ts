@@ -129,8 +129,8 @@ export interface ClaimHandle<A> extends Q.JobHandle<A> {
   readonly settledAs: Exclude<Outcome, "lost"> | undefined
   /**
    * `process`'s automatic heartbeat: the lease extended to a visibility timeout from now, unless it already
-   * ends later (a handler's own `heartbeat(longer)` is kept, never shortened); whether the claim is held
-   * (`true` without a write when the lease is long enough already).
+   * ends later in the database (a handler's own `heartbeat(longer)` is kept, never shortened); whether the
+   * claim is held.
    */
   readonly keepAlive: Effect.Effect<boolean, SqlError | InvalidOptions>
 }
@@ -303,28 +303,33 @@ export const makeHandles = <A>(
         )
     }
     get keepAlive() {
-      return Effect.flatMap(now, (at) =>
-        this.leaseEnd !== null && this.leaseEnd >= at + this.row.visibility_timeout
-          ? Effect.succeed(true)
-          : this.heartbeat())
+      return this.beat(undefined, true)
     }
     get heartbeat() {
+      return (extend?: Duration.DurationInput) => this.beat(extend, false)
+    }
+    /**
+     * The lease to `extend` (its visibility timeout by default) from now; `onlyLonger`: never shorter than
+     * the lease in the database, whatever this handle last set (a heartbeat of the handler's own, in a
+     * transaction that rolled back, set nothing).
+     */
+    private beat(extend: Duration.DurationInput | undefined, onlyLonger: boolean) {
       const { fence, row, spanOptions } = this
       const attributes = () => this.attributes
       const self = this
-      return (extend?: Duration.DurationInput) => traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
+      return traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
         const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
         const claimedUntil = yield* instantAfter(
           extendMillis === undefined ? "visibilityTimeout" : "extend",
           yield* now,
           extendMillis ?? row.visibility_timeout
         )
-        const extended = yield* storage.heartbeat(fence, claimedUntil)
+        const extended = yield* (onlyLonger ? storage.keepAlive(fence, claimedUntil) : storage.heartbeat(fence, claimedUntil))
         if (!extended) return false
         // A lease made shorter lapses before the deadline a waiter computed: it reads again (in this
         // process, and in others where their commits do not tell them by themselves: PostgreSQL's NOTIFY).
-        const shortened = self.leaseEnd !== null && claimedUntil < self.leaseEnd
-        self.leaseEnd = claimedUntil
+        const shortened = !onlyLonger && self.leaseEnd !== null && claimedUntil < self.leaseEnd
+        if (!onlyLonger || self.leaseEnd === null || claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
         if (shortened) yield* leaseShortened
         return true
       }), wonOrLost("extended"), spanOptions)

@@ -2,6 +2,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
+import { inTurn } from "../savepointTurns.js"
 import { otherTransactionError } from "../transactionOwner.js"
 import type { SizeClasses } from "./planSize.js"
 import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
@@ -86,6 +87,19 @@ export const makeExecutor = (
         return Effect.ensuring(statement, Effect.sync(() => inFlight--))
       })
     const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
+    // PostgreSQL answers the COMMIT of a transaction that an earlier failed statement aborted (one whose
+    // failure the body caught and went on) with the tag ROLLBACK and no error: nothing was committed.
+    const commit = (conn: Connection) =>
+      counted(Effect.flatMap(conn.executeRaw("COMMIT", []), (result) =>
+        (result as { readonly command?: unknown } | undefined)?.command === "ROLLBACK"
+          ? Effect.fail(
+            new SqlError({
+              cause: new Error("COMMIT answered ROLLBACK"),
+              message: "the transaction was rolled back, not committed: a statement in it failed earlier and " +
+                "aborted it (PostgreSQL answers such a COMMIT with ROLLBACK)"
+            })
+          )
+          : Effect.void))
 
     // Outside a transaction, statements run on the pool through a connection of the client's own
     // class without a reserved driver connection — what `@effect/sql-pg` 0.53 itself acquires for
@@ -164,21 +178,29 @@ export const makeExecutor = (
       const inner = Context.add(context, SqlClient.TransactionConnection, [conn, depth + 1] as const).pipe(
         Context.add(Hooks, hooks)
       )
-      return exec(conn, `SAVEPOINT ${name}`).pipe(
-        Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
-        Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-          Exit.isSuccess(exit)
-            ? Effect.as(exec(conn, `RELEASE SAVEPOINT ${name}`), exit.value).pipe(
-              // Work of an application transaction wakes through NOTIFY on its commit.
-              Effect.tap(() => parent?.push(...hooks))
-            )
-            : exec(conn, `ROLLBACK TO SAVEPOINT ${name}`).pipe(
-              Effect.zipRight(exec(conn, `RELEASE SAVEPOINT ${name}`)),
-              Effect.matchCauseEffect({
-                onSuccess: () => exit,
-                onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
-              })
-            )
+      const undo = Effect.zipRight(exec(conn, `ROLLBACK TO SAVEPOINT ${name}`), exec(conn, `RELEASE SAVEPOINT ${name}`))
+      return inTurn(
+        conn,
+        depth + 1,
+        restore,
+        exec(conn, `SAVEPOINT ${name}`).pipe(
+          Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
+          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+            Exit.isSuccess(exit)
+              ? Effect.as(exec(conn, `RELEASE SAVEPOINT ${name}`), exit.value).pipe(
+                // A RELEASE refused (an earlier statement in it failed and aborted the transaction): its work
+                // is undone, so the enclosing transaction can go on without it.
+                Effect.tapError(() => Effect.ignore(undo)),
+                // Work of an application transaction wakes through NOTIFY on its commit.
+                Effect.tap(() => parent?.push(...hooks))
+              )
+              : undo.pipe(
+                Effect.matchCauseEffect({
+                  onSuccess: () => exit,
+                  onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
+                })
+              )
+          )
         )
       )
     }
@@ -223,7 +245,7 @@ export const makeExecutor = (
                 Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
                   Exit.isFailure(exit)
                     ? Effect.zipRight(rollback, exit)
-                    : exec(conn, "COMMIT").pipe(
+                    : commit(conn).pipe(
                       // A failed COMMIT has ended the transaction; a broken connection is discarded.
                       Effect.tapError(() => rollback),
                       Effect.map(() => {

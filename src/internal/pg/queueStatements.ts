@@ -197,6 +197,8 @@ export const queueStatements = (s: string, n: Notifier) => {
       WHERE ${fencedRow("$3", "$4")} RETURNING id`,
     heartbeat: `UPDATE ${jobs} SET claimed_until = $1::bigint
       WHERE ${fencedRow("$2", "$3")} RETURNING id`,
+    keepAlive: `UPDATE ${jobs} SET claimed_until = greatest(claimed_until, $1::bigint)
+      WHERE ${fencedRow("$2", "$3")} RETURNING id`,
     release: `WITH w AS (UPDATE ${jobs}
         SET state = 'pending', attempts = greatest(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
         WHERE ${fencedRow("$1", "$2")} RETURNING id, queue AS topic)
@@ -248,12 +250,12 @@ export const queueStatements = (s: string, n: Notifier) => {
         RETURNING queue)
       SELECT queue, count(*) AS n FROM d GROUP BY queue`),
     // The claim logs (flow control) of scopes whose last claim left the window of the rule in force
-    // ($1 now; at most $2 scopes): a claim prunes only its own scope, and a group that never claims again
-    // (a user, an order) kept its entries for good.
+    // ($1 now; at most $2 scopes, counted; a scope whose rate the rule no longer has, at once): a claim prunes
+    // only its own scope, and a group that never claims again (a user, an order) kept its entries for good.
     pruneFlowLog: `WITH stale AS (
         SELECT f.queue, f.scope FROM ${s}.__alkstore_flow_log AS f JOIN ${s}.__alkstore_flow_limits AS l ON l.queue = f.queue
         GROUP BY f.queue, f.scope
-        HAVING max(f.at) <= $1::bigint - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
+        HAVING max(f.at) <= $1::bigint - coalesce(max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END), 0)
         LIMIT $2::bigint
       ), pruned AS (DELETE FROM ${s}.__alkstore_flow_log WHERE (queue, scope) IN (SELECT queue, scope FROM stale))
       SELECT count(*) AS n FROM stale`,

@@ -282,6 +282,7 @@ export const makeQueueStorage = (
       fenced(sql.retry, [runAt, now, error ?? null], fence, notifier.params),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
+    keepAlive: (fence, claimedUntil) => fenced(sql.keepAlive, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence, notifier.params),
     get: (queue, id) =>
       Effect.map(decoded(db.all(sql.get, [id, queue]), toJobRow), (rows) => Option.fromNullable(rows[0])),

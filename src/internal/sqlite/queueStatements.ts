@@ -271,6 +271,8 @@ export const sql = {
     WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   heartbeat: `UPDATE __alkstore_jobs SET claimed_until = ?
     WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
+  keepAlive: `UPDATE __alkstore_jobs SET claimed_until = max(claimed_until, ?)
+    WHERE id = ? AND claim_token = ? AND state = 'claimed'`,
   // Release gives the attempt back and keeps the job's place in line (its runAt is already due).
   release: `UPDATE __alkstore_jobs
     SET state = 'pending', attempts = max(attempts - 1, 0), claimed_until = NULL, worker_id = NULL
@@ -310,11 +312,12 @@ export const sql = {
   lapsedCandidates: `SELECT id FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until <= +?1
       ORDER BY priority DESC, run_at, id LIMIT ?4`,
   // The claim logs (flow control) of scopes whose last claim left the window of the rule in force (now; at
-  // most so many scopes), then each deleted: a claim prunes only its own scope, and a group that never claims
-  // again (a user, an order) kept its entries for good. A full round asks maintenance for another.
+  // most so many scopes; a scope whose rate the rule no longer has, at once), then each deleted: a claim prunes
+  // only its own scope, and a group that never claims again (a user, an order) kept its entries for good. A
+  // full round asks maintenance for another.
   staleFlowScopes: `SELECT f.queue, f.scope FROM __alkstore_flow_log AS f JOIN __alkstore_flow_limits AS l ON l.queue = f.queue
       GROUP BY f.queue, f.scope
-      HAVING max(f.at) <= ? - max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END)
+      HAVING max(f.at) <= ? - coalesce(max(CASE WHEN f.scope = '' THEN l.rate_per ELSE l.group_rate_per END), 0)
       LIMIT ?`,
   deleteFlowScope: `DELETE FROM __alkstore_flow_log WHERE queue = ? AND scope = ?`,
   // The purge's round: its ids first, then a delete by primary key each (a DELETE has no FROM, and after an

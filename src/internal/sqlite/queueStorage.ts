@@ -324,6 +324,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
     retry: (fence, runAt, now, error) => fenced(sql.retry, [runAt, now, runAt, error ?? null], fence),
     bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
+    keepAlive: (fence, claimedUntil) => fenced(sql.keepAlive, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence),
     get: (queue, id) => Effect.map(db.all<JobRow>(sql.get, [id, queue]), (rows) => Option.fromNullable(rows[0])),
     cancel: (queue, id) => deleteKeepingFloor(db.run(sql.cancel, [id, queue]), id),

@@ -3,6 +3,7 @@ import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, FiberRef } from "effect"
 import { writeFreeWait } from "../patience.js"
+import { inTurn } from "../savepointTurns.js"
 import { type OwnsConnection, otherTransactionError, ownTransaction } from "../transactionOwner.js"
 
 /**
@@ -142,23 +143,30 @@ export const makeImmediateTransaction = (options: {
         const joined = Context.add(context, SqlClient.TransactionConnection, [conn, id] as const)
         const inner = parentHooks === undefined ? joined : Context.add(joined, CommitHooks, hooks)
         const savepoint = exec(conn, `SAVEPOINT ${name}`)
-        return (options.joinable === undefined ? savepoint : Effect.zipRight(options.joinable(conn), savepoint)).pipe(
-          Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
-          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-            Exit.isSuccess(exit)
-              ? exec(conn, `RELEASE SAVEPOINT ${name}`).pipe(
-                Effect.map(() => {
-                  if (parentHooks !== undefined) parentHooks.push(...hooks)
-                  return exit.value
-                })
-              )
-              : exec(conn, `ROLLBACK TO SAVEPOINT ${name}`).pipe(
-                Effect.zipRight(exec(conn, `RELEASE SAVEPOINT ${name}`)),
-                Effect.matchCauseEffect({
-                  onSuccess: () => exit,
-                  onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
-                })
-              )
+        const undo = Effect.zipRight(exec(conn, `ROLLBACK TO SAVEPOINT ${name}`), exec(conn, `RELEASE SAVEPOINT ${name}`))
+        return inTurn(
+          conn,
+          id,
+          restore,
+          (options.joinable === undefined ? savepoint : Effect.zipRight(options.joinable(conn), savepoint)).pipe(
+            Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
+            Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+              Exit.isSuccess(exit)
+                ? exec(conn, `RELEASE SAVEPOINT ${name}`).pipe(
+                  // A RELEASE refused: its work is undone, so the enclosing transaction can go on without it.
+                  Effect.tapError(() => Effect.ignore(undo)),
+                  Effect.map(() => {
+                    if (parentHooks !== undefined) parentHooks.push(...hooks)
+                    return exit.value
+                  })
+                )
+                : undo.pipe(
+                  Effect.matchCauseEffect({
+                    onSuccess: () => exit,
+                    onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
+                  })
+                )
+            )
           )
         )
       }
