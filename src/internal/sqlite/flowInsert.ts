@@ -28,14 +28,16 @@ export const byGroupState = "__alkstore_jobs INDEXED BY __alkstore_jobs_flow_gro
 export const liveInFlow = "state <> 'dead' AND flow_round IS NOT NULL"
 export const liveStates = ["claimed", "pending", "scheduled"] as const
 
-// The group's last live round, one index seek per state (`?` queue and group, three times).
+// The group's last live round, one index seek per state (the queue from the row of `f`, the group from `g`).
 const lastRoundOf = (state: string) =>
-  `coalesce((SELECT max(flow_round) FROM ${byGroupState} WHERE queue = ? AND group_key = ? AND state = '${state}'
-      AND ${liveInFlow}), -1)`
-export const flowInsertValues = `?, (SELECT max(max(${liveStates.map(lastRoundOf).join(", ")}) + 1,
+  `coalesce((SELECT max(j.flow_round) FROM __alkstore_jobs AS j INDEXED BY __alkstore_jobs_flow_group
+      WHERE j.queue = f.queue AND j.group_key = (SELECT key FROM g) AND j.state = '${state}'
+        AND j.state <> 'dead' AND j.flow_round IS NOT NULL), -1)`
+// Its group bound once (`g`), the queue once (`f`): each bound value costs an insert a call into SQLite. The
+// limits row is read by its key alone (a join there let the planner scan the table after an `ANALYZE`).
+export const flowInsertValues = `?, (WITH g(key) AS (SELECT ?) SELECT max(max(${liveStates.map(lastRoundOf).join(", ")}) + 1,
       coalesce((SELECT min(p.flow_round) FROM __alkstore_jobs AS p WHERE p.queue = f.queue AND p.priority = ?
         AND p.state = 'pending' AND p.flow_round IS NOT NULL), f.current_round)) + ?
     FROM __alkstore_flow_limits AS f WHERE f.queue = ?)`
 /** The parameters after `newJobValues` (whose last value is the group). */
-export const flowInsertParams = (job: NewJob, offset = 0): Array<Param> =>
-  [job.queue, job.group, job.queue, job.group, job.queue, job.group, job.priority, offset, job.queue]
+export const flowInsertParams = (job: NewJob, offset = 0): Array<Param> => [job.group, job.priority, offset, job.queue]

@@ -56,8 +56,8 @@ const insertRowsText = (rows: number) =>
 const unlimitedRowsSql: Array<string> = []
 const unlimitedRowsText = (rows: number) =>
   (unlimitedRowsSql[rows] ??= `${sql.insertUnlimited}${`, (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`.repeat(rows - 1)}`)
-/** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (9). */
-const ROW_PARAMS = 22
+/** Parameters per row: `newJobValues` (13, the trace context and the group last) and `flowInsertParams` (4). */
+const ROW_PARAMS = 17
 const UNLIMITED_ROW_PARAMS = 13
 
 /**
@@ -157,11 +157,6 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
       const offset = offsets.get(lane) ?? 0
       offsets.set(lane, offset + 1)
       // `flowInsertParams`, inline.
-      params[k++] = job.queue
-      params[k++] = job.group
-      params[k++] = job.queue
-      params[k++] = job.group
-      params[k++] = job.queue
       params[k++] = job.group
       params[k++] = job.priority
       params[k++] = offset
