@@ -103,7 +103,7 @@ export interface FlowOps {
    * The next page, in walk order after `after` (exclusive), of the queue's lapsed claims or (a read-only
    * walk) its due scheduled rows: what `start` read first, `EXTRA_PAGE` rows at a time.
    */
-  readonly extra: (kind: ExtraKind, after: Candidate, size: number) => ReadonlyArray<Candidate>
+  readonly extra: (kind: ExtraKind, after: Candidate) => ReadonlyArray<Candidate>
   /** `ahead` counts live jobs of `group` ahead of (round, id) up to `cap` (null: not asked); `last` when `log`. */
   readonly groupStart: (group: string, round: number, id: number, cap: number | null, log: boolean) => GroupStart
   /** Live jobs of `group` ahead of (round, id), counted up to `cap`. */
@@ -194,7 +194,7 @@ interface ExtraRows {
 /** The next row of `rows` (reading its next page when this one is done and was full), not taken. */
 function* headOf(rows: ExtraRows): Walk<Candidate | undefined> {
   if (rows.i >= rows.page.length && rows.more) {
-    rows.page = yield* call("extra", rows.kind, rows.page[rows.page.length - 1]!, EXTRA_PAGE)
+    rows.page = yield* call("extra", rows.kind, rows.page[rows.page.length - 1]!)
     rows.more = rows.page.length === EXTRA_PAGE
     rows.i = 0
   }
@@ -285,7 +285,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   if (dry && lapsed.more) {
     const all = [...lapsed.page]
     while (lapsed.more) {
-      const next: ReadonlyArray<Candidate> = yield* call("extra", "lapsed", all[all.length - 1]!, EXTRA_PAGE)
+      const next: ReadonlyArray<Candidate> = yield* call("extra", "lapsed", all[all.length - 1]!)
       all.push(...next)
       lapsed.more = next.length === EXTRA_PAGE
     }
