@@ -1,3 +1,4 @@
+import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Cause, Clock, type Context, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
@@ -103,6 +104,8 @@ export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.
 
 /** A stored row as a `Job` whose payload is read as stored (JSON). */
 export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
+
+const TransactionConnectionKey = SqlClient.TransactionConnection.key
 
 const errorText = (error: unknown): string | undefined =>
   error === undefined ? undefined : storableText(typeof error === "string" ? error : failureText(error))
@@ -223,7 +226,7 @@ export const makeHandles = <A>(
     jobSpan: Tracer.Span | undefined = undefined
     settledAs: Exclude<Outcome, "lost"> | undefined = undefined
     private view: Q.Job<A> | undefined
-    /** The lease end this handle set last: its claim's, then each heartbeat's. */
+    /** The claim's lease end in the database as this handle knows it (`null`: not known; see `beat`). */
     private leaseEnd: number | null
     constructor(readonly row: JobRow, readonly payload: A) {
       this.fence = { id: row.id, token: row.claim_token }
@@ -328,8 +331,14 @@ export const makeHandles = <A>(
         if (!extended) return false
         // A lease made shorter lapses before the deadline a waiter computed: it reads again (in this
         // process, and in others where their commits do not tell them by themselves: PostgreSQL's NOTIFY).
-        const shortened = !onlyLonger && self.leaseEnd !== null && claimedUntil < self.leaseEnd
-        if (!onlyLonger || self.leaseEnd === null || claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
+        // The lease end in the database is known after a heartbeat that committed on its own; one made inside
+        // a transaction may yet roll back, so after it the end is unknown and the next heartbeat signals.
+        const shortened = !onlyLonger && (self.leaseEnd === null || claimedUntil < self.leaseEnd)
+        const inTransaction = yield* FiberRef.getWith(FiberRef.currentContext, (context) =>
+          Effect.succeed(context.unsafeMap.has(TransactionConnectionKey)))
+        if (inTransaction) self.leaseEnd = null
+        else if (!onlyLonger) self.leaseEnd = claimedUntil
+        else if (self.leaseEnd !== null && claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
         if (shortened) yield* leaseShortened
         return true
       }), wonOrLost("extended"), spanOptions)

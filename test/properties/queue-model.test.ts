@@ -171,6 +171,17 @@ const execute = (ops: ReadonlyArray<Op>) =>
     }
   })
 
+/**
+ * Found by a random run: a keyed enqueue meeting a holder whose lease lapsed on its last attempt buries it and
+ * writes a new job (`keyHolderGone` in each engine's queueStatements.ts); the model returned the holder.
+ */
+const lapsedLastAttemptHolder: ReadonlyArray<Op> = [
+  { t: "enqueue", spec: { priority: 0, delayMs: 0, maxAttempts: 1, expiresMs: null, key: "a" } },
+  { t: "claim" },
+  { t: "advance", ms: 2000 },
+  { t: "enqueue", spec: { priority: 0, delayMs: 0, maxAttempts: 1, expiresMs: null, key: "a" } }
+]
+
 for (const engine of engines) {
   describe(`queue operations against the contract's model — ${engine.name}`, () => {
     it.effect("random sequences of enqueue, claim, ack, retry, fail, heartbeat, release, cancel, requeue and time", () =>
@@ -179,7 +190,7 @@ for (const engine of engines) {
         yield* Effect.promise(() =>
           fc.assert(
             fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 40 }), (ops) => run(execute(ops))),
-            fcParams(150)
+            { ...fcParams(150), examples: [[lapsedLastAttemptHolder]] }
           )
         )
       }).pipe(Effect.provide(engine.store())), 120_000)

@@ -50,22 +50,29 @@ export class QueueModel {
 
   /**
    * Whether a job holds its key: pending and not expired, or claimed unless
-   * both its expiry and its lease passed (a claim in flight keeps its key
-   * until its lease ends).
+   * its lease passed and it expired or spent its attempts (a claim in flight
+   * keeps its key until its lease ends; a lapsed one on its last attempt
+   * could never run again).
    */
   private live(job: ModelJob, now: number) {
     if (job.state === "pending") return !this.expired(job, now)
-    if (job.state === "claimed") return !(this.expired(job, now) && job.claimedUntil !== null && now >= job.claimedUntil)
+    if (job.state === "claimed") {
+      const lapsed = job.claimedUntil !== null && now >= job.claimedUntil
+      return !(lapsed && (this.expired(job, now) || job.attempts >= job.maxAttempts))
+    }
     return false
   }
 
-  /** The live holder of a key; a holder no longer live is moved to dead (`"expired"`) by the enqueue wanting it. */
+  /**
+   * The live holder of a key; a holder no longer live is moved to dead by the enqueue wanting it (`"expired"`,
+   * or `"max attempts exceeded"` for a lapsed claim on its last attempt).
+   */
   holder(key: string, now: number): ModelJob | undefined {
     for (const job of this.jobs.values()) {
       if (job.key !== key || job.state === "dead") continue
       if (this.live(job, now)) return job
+      job.lastError = this.expired(job, now) ? "expired" : "max attempts exceeded"
       job.state = "dead"
-      job.lastError = "expired"
       job.claimedUntil = null
     }
     return undefined

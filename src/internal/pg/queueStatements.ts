@@ -140,16 +140,23 @@ export const queueStatements = (s: string, n: Notifier) => {
         WHERE NOT EXISTS (SELECT 1 FROM ${jobs} WHERE queue = $1::text AND idempotency_key = $10::text AND state <> 'dead')
         ON CONFLICT DO NOTHING RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(14)} FROM w`,
-    // Many rows in one statement; identities are assigned in ordinality order.
+    // Many rows in one statement; identities are assigned in ordinality order. The statement reads the table as
+    // it was before it, so a group's k-th row here (from 0) takes k + max over the group's rows up to it of
+    // (its priority's round − its place): one more than the row before it, and no earlier than its own
+    // priority's rotation (rows of one group may differ in priority: a scheduler tick's), in enqueue order.
     insertMany: `WITH w AS (INSERT INTO ${jobs} ${insertColumns}
-        SELECT u.queue, u.payload::json, u.state, u.priority, u.run_at, u.max_attempts, u.visibility_timeout,
-          u.backoff_base, u.expires_at, NULL, u.created_at, u.trace_context, u.group_key,
-          ${flowRoundOf(s, "u.queue", "u.group_key", "u.priority")} + (row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.ord) - 1)
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
-          $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::text[]) WITH ORDINALITY
-          AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
-            created_at, trace_context, group_key, ord)
-        ORDER BY u.ord
+        SELECT v.queue, v.payload::json, v.state, v.priority, v.run_at, v.max_attempts, v.visibility_timeout,
+          v.backoff_base, v.expires_at, NULL, v.created_at, v.trace_context, v.group_key,
+          v.k + max(v.base - v.k) OVER (PARTITION BY v.queue, v.group_key ORDER BY v.ord ROWS UNBOUNDED PRECEDING)
+        FROM (
+          SELECT u.*, ${flowRoundOf(s, "u.queue", "u.group_key", "u.priority")} AS base,
+            row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.ord) - 1 AS k
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
+            $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::text[]) WITH ORDINALITY
+            AS u(queue, payload, state, priority, run_at, max_attempts, visibility_timeout, backoff_base, expires_at,
+              created_at, trace_context, group_key, ord)
+        ) AS v
+        ORDER BY v.ord
         RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(13)} FROM w`,
     // A batch whose jobs differ in their payloads alone (one `enqueueBatch`): the shared values bound once as

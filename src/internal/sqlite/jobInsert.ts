@@ -120,6 +120,18 @@ const insertSharedNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>, ids: 
   return ids
 }
 
+/** Whether jobs of one group (of one queue) come with different priorities. */
+const mixesPriorities = (jobs: ReadonlyArray<NewJob>) => {
+  const priorities = new Map<string, number>()
+  for (const job of jobs) {
+    const lane = `${job.queue}\u0000${job.group}`
+    const priority = priorities.get(lane)
+    if (priority === undefined) priorities.set(lane, job.priority)
+    else if (priority !== job.priority) return true
+  }
+  return false
+}
+
 export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<number> => {
   const ids: Array<number> = new Array(jobs.length)
   // One queue (a batch's), and no limits on it: checked once, inside the transaction that inserts.
@@ -131,8 +143,12 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
     c.all(sql.hasLimits, [queue]).length === 0
   if (unlimited && shared) return insertSharedNow(c, jobs, ids)
   const perRow = unlimited ? UNLIMITED_ROW_PARAMS : ROW_PARAMS
-  for (let from = 0; from < jobs.length; from += INSERT_ROWS) {
-    const to = Math.min(jobs.length, from + INSERT_ROWS)
+  // Rows of one statement read the table as it was before it: a group's rows there take its round plus their
+  // place, each from its own priority's rotation — out of enqueue order when one group's rows differ in
+  // priority (a scheduler tick's). Those batches go a row per statement, each seeing the rows before it.
+  const rows = unlimited || !mixesPriorities(jobs) ? INSERT_ROWS : 1
+  for (let from = 0; from < jobs.length; from += rows) {
+    const to = Math.min(jobs.length, from + rows)
     // Written in place (no array per job): a batch is where a cold process spends its first thousand jobs.
     const params: Array<string | number | null> = new Array((to - from) * perRow)
     // Jobs of one group in one statement take consecutive rounds (flowInsert.ts).
