@@ -1,4 +1,3 @@
-import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Cause, Clock, type Context, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
@@ -10,6 +9,7 @@ import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
 import { givingBack } from "./patience.js"
+import { inTransaction } from "./transactionOwner.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
 const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
@@ -104,8 +104,6 @@ export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.
 
 /** A stored row as a `Job` whose payload is read as stored (JSON). */
 export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
-
-const TransactionConnectionKey = SqlClient.TransactionConnection.key
 
 const errorText = (error: unknown): string | undefined =>
   error === undefined ? undefined : storableText(typeof error === "string" ? error : failureText(error))
@@ -334,9 +332,7 @@ export const makeHandles = <A>(
         // The lease end in the database is known after a heartbeat that committed on its own; one made inside
         // a transaction may yet roll back, so after it the end is unknown and the next heartbeat signals.
         const shortened = !onlyLonger && (self.leaseEnd === null || claimedUntil < self.leaseEnd)
-        const inTransaction = yield* FiberRef.getWith(FiberRef.currentContext, (context) =>
-          Effect.succeed(context.unsafeMap.has(TransactionConnectionKey)))
-        if (inTransaction) self.leaseEnd = null
+        if (yield* inTransaction) self.leaseEnd = null
         else if (!onlyLonger) self.leaseEnd = claimedUntil
         else if (self.leaseEnd !== null && claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
         if (shortened) yield* leaseShortened

@@ -24,15 +24,18 @@ export const flowInsertColumns = "group_key, flow_round"
  * the group's claims and for its jobs in order (two before, each written by every claim and ack). Named, and
  * its predicate said in full, so the planner takes it whatever statistics an application's `ANALYZE` left.
  */
-export const byGroupState = "__alkstore_jobs INDEXED BY __alkstore_jobs_flow_group"
-export const liveInFlow = "state <> 'dead' AND flow_round IS NOT NULL"
+export const flowGroupIndex = "__alkstore_jobs_flow_group"
+export const byGroupState = `__alkstore_jobs INDEXED BY ${flowGroupIndex}`
+/** The index's predicate, of the jobs table named `alias` (`"j."`) or unnamed. */
+export const liveInFlowOf = (alias = "") => `${alias}state <> 'dead' AND ${alias}flow_round IS NOT NULL`
+export const liveInFlow = liveInFlowOf()
 export const liveStates = ["claimed", "pending", "scheduled"] as const
 
 // The group's last live round, one index seek per state (the queue from the row of `f`, the group from `g`).
 const lastRoundOf = (state: string) =>
-  `coalesce((SELECT max(j.flow_round) FROM __alkstore_jobs AS j INDEXED BY __alkstore_jobs_flow_group
+  `coalesce((SELECT max(j.flow_round) FROM __alkstore_jobs AS j INDEXED BY ${flowGroupIndex}
       WHERE j.queue = f.queue AND j.group_key = (SELECT key FROM g) AND j.state = '${state}'
-        AND j.state <> 'dead' AND j.flow_round IS NOT NULL), -1)`
+        AND ${liveInFlowOf("j.")}), -1)`
 // Its group bound once (`g`), the queue once (`f`): each bound value costs an insert a call into SQLite. The
 // limits row is read by its key alone (a join there let the planner scan the table after an `ANALYZE`).
 export const flowInsertValues = `?, (WITH g(key) AS (SELECT ?) SELECT max(max(${liveStates.map(lastRoundOf).join(", ")}) + 1,
