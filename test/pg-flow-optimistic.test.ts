@@ -12,7 +12,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Option } from "effect"
+import { Clock, Deferred, Effect, Fiber, Layer, Option } from "effect"
 import type { FlowOutcome } from "../src/internal/flow.js"
 import { makeFlowMemory } from "../src/internal/flowMemory.js"
 import type { PgExecutor } from "../src/internal/pg/executor.js"
@@ -59,7 +59,7 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
     return Effect.gen(function*() {
       const { claimText, claimed, db, flowOf } = yield* setUp(filename, "race", { concurrency: 1 }, 3)
       const rival = flowOf(db)
-      const now = Date.now()
+      const now = Clock.make() // the claims read it when they judge
       const flow = flowOf(racing(db, claimText, rival.claim("race", "rival", now, 1)))
       const outcome = yield* flow.claim("race", "w", now, 2) // a batch: read, then claim (one job: `claimFirst`, below)
       expect(outcome.limited).toBe(true)
@@ -73,7 +73,7 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
     return Effect.gen(function*() {
       const { claimText, claimed, db, flowOf } = yield* setUp(filename, "race2", { concurrency: 2 }, 3)
       const rival = flowOf(db)
-      const now = Date.now()
+      const now = Clock.make() // the claims read it when they judge
       const rivalRows: Array<number> = []
       const rivalClaim = Effect.tap(rival.claim("race2", "rival", now, 1), (o) => {
         if (o.limited) rivalRows.push(...o.rows.map((r) => r.id))
@@ -92,7 +92,7 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
     const filename = "pg-flow-optimistic-3"
     return Effect.gen(function*() {
       const { claimText, claimed, db, flowOf, queues } = yield* setUp(filename, "race3", { concurrency: 2 }, 3)
-      const now = Date.now()
+      const now = Clock.make() // the claims read it when they judge
       const first = yield* flowOf(db).claim("race3", "w", now, 1)
       expect(first.limited && first.rows.length).toBe(1)
       const flow = flowOf(racing(db, claimText, queues.setLimits("race3", { concurrency: 1 })))
@@ -131,12 +131,12 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
       const { claimed, db, flowOf } = yield* setUp(filename, "race4", { concurrency: 1 }, 3)
       const client = yield* SqlClient.SqlClient
       const schema = pgSchemaFor(filename)
-      const now = Date.now()
+      const now = Clock.make() // the claims read it when they judge
       // The rival claims the last job, not the head this claim reads (as a rival's claim of a job this
       // snapshot shows otherwise would), and rewrites the limits row as every claim does: only the
       // row's version can tell this claim that the one slot went.
       const rival = Effect.zipRight(
-        client.unsafe(`UPDATE ${schema}.__alkstore_jobs SET state = 'claimed', claimed_until = ${now + 3_600_000},
+        client.unsafe(`UPDATE ${schema}.__alkstore_jobs SET state = 'claimed', claimed_until = ${now.unsafeCurrentTimeMillis() + 3_600_000},
           worker_id = 'rival', attempts = attempts + 1, claim_token = claim_token + 1
           WHERE id = (SELECT max(id) FROM ${schema}.__alkstore_jobs WHERE queue = 'race4')`),
         client.unsafe(`UPDATE ${schema}.__alkstore_flow_limits SET current_round = current_round WHERE queue = 'race4'`)
@@ -155,7 +155,7 @@ describe("PostgreSQL flow control: the optimistic claim", () => {
       const { claimed, db, flowOf } = yield* setUp(filename, "race5", { concurrency: 2 }, 3)
       const client = yield* SqlClient.SqlClient
       const schema = pgSchemaFor(filename)
-      const now = Date.now()
+      const now = Clock.make() // the claims read it when they judge
       const first = yield* flowOf(db).claim("race5", "w", now, 1)
       expect(first.limited && first.rows.length).toBe(1)
       const lower = client.unsafe(`UPDATE ${schema}.__alkstore_flow_limits SET concurrency = 1 WHERE queue = 'race5'`)

@@ -34,11 +34,11 @@ export const makeAckAndClaim = <A>(
     if (storage.ackAndClaimNow !== undefined) {
       let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
       try {
-        result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, at, n)
+        result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, clock, n)
       } catch (cause) {
         return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
       }
       if (result !== undefined) return claimed(result)
     }
-    return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, n), claimed)
+    return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, n), claimed)
   })

@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Context, Effect, type Option } from "effect"
+import { type Clock, Context, Effect, type Option } from "effect"
 import type { FlowMemory } from "./flowMemory.js"
 import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
 import type { Lifetime } from "./lifetime.js"
@@ -119,11 +119,16 @@ export interface QueueStorage {
    * expired or spent their attempts move to dead on the way instead: their
    * rows come after the claimed ones, with state `dead` (for the metrics;
    * they are not claims).
+   *
+   * `clock` is read when the claim is judged, after any wait for the write
+   * lock, the limits row or a busy file: a claim made at 9 s after waiting
+   * from 0 s is judged and stamped in its rate window at 9 s
+   * (docs/flow-control.md, "Rate").
    */
   readonly claim: (
     queue: string,
     workerId: string,
-    now: number,
+    clock: Clock.Clock,
     limit: number
   ) => Effect.Effect<ReadonlyArray<JobRow>, SqlError>
   /** Whether a claim now could find anything (a read: no write lock). */
@@ -141,7 +146,7 @@ export interface QueueStorage {
     fence: Fence,
     queue: string,
     workerId: string,
-    now: number,
+    clock: Clock.Clock,
     limit: number
   ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
   /** `ackAndClaim` in place, as `insertOneNow` is `insertOne` in place. */
@@ -150,7 +155,7 @@ export interface QueueStorage {
     fence: Fence,
     queue: string,
     workerId: string,
-    now: number,
+    clock: Clock.Clock,
     limit: number
   ) => { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
   readonly retry: (fence: Fence, runAt: number, now: number, error: string | undefined) => Effect.Effect<boolean, SqlError>

@@ -39,9 +39,11 @@ import {
 
 const checkWorker = (workerId: string) => validateText("workerId", workerId)
 
-/** The fiber's clock, read synchronously (TestClock included). */
-const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) =>
-  Context.get(fiber.currentDefaultServices, Clock.Clock).unsafeCurrentTimeMillis()
+/** The fiber's clock (TestClock included). */
+const clockOf = (fiber: Fiber.RuntimeFiber<any, any>) => Context.get(fiber.currentDefaultServices, Clock.Clock)
+
+/** The fiber's clock, read synchronously. */
+const nowOf = (fiber: Fiber.RuntimeFiber<any, any>) => clockOf(fiber).unsafeCurrentTimeMillis()
 
 export const backoff = (base: Duration.DurationInput, attempts: number): Duration.Duration =>
   Duration.millis(backoffMillis(Duration.toMillis(Duration.decode(base)), attempts))
@@ -99,8 +101,9 @@ export const makeQueue = <A>(
       const round = (
         collected: ReadonlyArray<ClaimHandle<A>>
       ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> => {
-        const at = nowOf(fiber)
-        return storage.claim(name, workerId, at, n - collected.length).pipe(
+        const clock = clockOf(fiber)
+        const at = clock.unsafeCurrentTimeMillis()
+        return storage.claim(name, workerId, clock, n - collected.length).pipe(
           Effect.flatMap((rows) => toHandles(rows, at, nowOf(fiber))),
           Effect.flatMap(({ buried, handles, lost }) => {
             const all = collected.length === 0 ? handles : [...collected, ...handles]
@@ -156,8 +159,10 @@ export const makeQueue = <A>(
               engine.wake.signal(name, 1) // pass the baton: there may be more
               return handles
             }
-            // Held back by a limit: also wake when its rate window admits the next claim.
-            if (probe === undefined && flow.memory.known(name)) probe = yield* restore(flow.probe(name, at))
+            // Held back by a limit: also wake when its rate window admits the next claim. A claim that took
+            // nothing after a probe that found work lost it to another process's claim, which may have
+            // filled the window the probe saw open: read the window again, or no deadline would be its.
+            if ((probe === undefined || look) && flow.memory.known(name)) probe = yield* restore(flow.probe(name, at))
             const reopenAt = probe?.reopenAt ?? null
             const deadline = Option.map(
               // Deadlines from the claim's own time: one that fell due since is waited for 0 ms.

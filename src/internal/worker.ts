@@ -62,7 +62,8 @@ export const makeProcess = <A>(
     onEmpty: (quiet: Quiet) => void
   ) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
-      const at = nowOf(fiber)
+      const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+      const at = clock.unsafeCurrentTimeMillis()
       const generation = engine.wake.generation(name)
       const nextOf = (rows: ReadonlyArray<JobRow>, at: number) => {
         if (rows.length === 0) onEmpty({ generation, at })
@@ -71,7 +72,7 @@ export const makeProcess = <A>(
       if (storage.ackAndClaimNow !== undefined) {
         let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
         try {
-          result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, at, 1)
+          result = storage.ackAndClaimNow(fiber.currentContext, handle.fence, name, workerId, clock, 1)
         } catch (cause) {
           return cause instanceof SqlError ? Effect.fail(cause) : Effect.die(cause)
         }
@@ -83,7 +84,7 @@ export const makeProcess = <A>(
       }
       // Not a stoppable claim (stoppableClaim.ts): its fiber per statement cost a PostgreSQL drain ~15% of its
       // rate (docs/performance-pg.md). A stop waits for this statement, as for the handler's own writes.
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, at, 1), ({ acked, rows }) => {
+      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, 1), ({ acked, rows }) => {
         if (acked) m.acked(1)
         onAck?.(acked)
         return nextOf(rows, at)

@@ -124,9 +124,10 @@ export const flowStatements = (s: string) => {
      * index with its group's start) and, when that head is the walk's first candidate (no lapsed
      * lease, no due scheduled row to promote) and every limit admits it (flow.ts's rules for a
      * walk's first claim: `fast`), its claim with the bookkeeping the walk writes for it — gated,
-     * as `claim` is, on the limits row `FOR UPDATE` while it is still the version this statement's
-     * snapshot read (`gated` false: another claim or a change of limits committed meanwhile, or
-     * was still open and committed while this one waited for the row; nothing was claimed). The
+     * as `claim` is, on the limits row `FOR UPDATE SKIP LOCKED` while it is still the version this
+     * statement's snapshot read (`gated` false: another claim or a change of limits committed
+     * meanwhile, or another transaction holds the row — never waited for, so this statement's `$1`
+     * is the time of its claim; nothing was claimed). The
      * walk then runs on what was read and must claim exactly that job with exactly those writes
      * (flowStorage.ts checks it); when `fast` is false nothing was written or locked and the walk
      * goes on as after `readAhead` (its claims by `claim`). Due scheduled rows are not promoted here:
@@ -150,7 +151,7 @@ export const flowStatements = (s: string) => {
           AND ${admitsFirst("s.group_rate_limit", "s.group_rate_per", "'#' || s.h_group", "s.g_last", "$3", "$1::bigint")}
           AND ${admitsFirst("s.rate_limit", "s.rate_per", "''", "s.queue_last", "$3", "$1::bigint")}
       ), gate AS (
-        SELECT 1 FROM ${limits} WHERE queue = $3 AND xmin::text = (SELECT version FROM ok) FOR UPDATE
+        SELECT 1 FROM ${limits} WHERE queue = $3 AND xmin::text = (SELECT version FROM ok) FOR UPDATE SKIP LOCKED
       ), claimed AS (
         ${claimSetOf(jobs)} WHERE j.id = (SELECT h_id FROM ok)
           AND (j.state = 'pending' OR (j.state = 'claimed' AND j.claimed_until <= $1::bigint))
@@ -208,12 +209,14 @@ export const flowStatements = (s: string) => {
     /**
      * The claim and, only when it took the job, its log entries ($5 scopes, $6 sequence numbers) and
      * the queue's round ($7, NULL: unchanged), in one round trip. The limits row is taken `FOR UPDATE`
-     * first: when $8 is a version, only while the row still is that version (a claim of another
-     * process committed since moves it: then nothing is claimed and `gated` is false); a claim that
-     * takes its job always rewrites the row, so its version moves (`version`, the new one).
+     * first: when $8 is a version, only while the row still is that version and no other transaction
+     * holds it (`SKIP LOCKED`: a claim of another process committed since, or still open, moves or
+     * holds it: then nothing is claimed and `gated` is false); the locked walk holds the row already
+     * (its own lock is never skipped). A claim that takes its job always rewrites the row, so its
+     * version moves (`version`, the new one).
      */
     claim: `WITH gate AS (
-        SELECT 1 FROM ${limits} WHERE queue = $4 AND ($8::text IS NULL OR xmin::text = $8::text) FOR UPDATE
+        SELECT 1 FROM ${limits} WHERE queue = $4 AND ($8::text IS NULL OR xmin::text = $8::text) FOR UPDATE SKIP LOCKED
       ), claimed AS (
         ${claimSetOf(jobs)} WHERE j.id = $3::bigint
           AND (j.state = 'pending' OR (j.state = 'claimed' AND j.claimed_until <= $1::bigint))

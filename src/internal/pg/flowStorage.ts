@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Option } from "effect"
+import { type Clock, Effect, Option } from "effect"
 import type { Fence, FlowStorage, JobRow } from "../engine.js"
 import {
   type Candidate,
@@ -108,7 +108,7 @@ interface Claimed {
 export interface PgFlow {
   readonly storage: FlowStorage
   /** A limited claim (in a transaction of its own when it must lock, or the caller's). */
-  readonly claim: (queue: string, workerId: string, now: number, n: number) => Effect.Effect<FlowOutcome, SqlError>
+  readonly claim: (queue: string, workerId: string, clock: Clock.Clock, n: number) => Effect.Effect<FlowOutcome, SqlError>
 }
 
 export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifier, memory: FlowMemory): PgFlow => {
@@ -327,13 +327,21 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
   /**
    * Optimistic first; on a conflict, the rest of the claim (what the
    * optimistic walk did not take) in a transaction on the limits row's lock.
+   * The optimistic statements never wait for that lock (`SKIP LOCKED`: a
+   * held row is a conflict); the locked walk reads the clock once it holds
+   * it, so a claim that waited there is judged, and stamped in its rate
+   * window, when it is made.
    */
-  const claim = (queue: string, workerId: string, now: number, n: number): Effect.Effect<FlowOutcome, SqlError> => {
+  const claim = (queue: string, workerId: string, clock: Clock.Clock, n: number): Effect.Effect<FlowOutcome, SqlError> => {
     const done: Claimed = { rows: [], died: [] }
-    const optimistic = walkOf(queue, workerId, now, n, "claim", "optimistic", done)
+    const optimistic = walkOf(queue, workerId, clock.unsafeCurrentTimeMillis(), n, "claim", "optimistic", done)
+    const locked = Effect.zipRight(
+      exec(sql.lockRow, [queue]),
+      Effect.suspend(() => walk<never>(queue, workerId, clock.unsafeCurrentTimeMillis(), n - done.rows.length, "claim", "locked"))
+    )
     return Effect.catchIf(optimistic, (e): e is FlowConflict => e instanceof FlowConflict, () =>
       Effect.map(
-        db.transaction(walk<never>(queue, workerId, now, n - done.rows.length, "claim", "locked")),
+        db.transaction(locked),
         (outcome): FlowOutcome => {
           if (done.rows.length === 0 && done.died.length === 0) return outcome
           const pendingBefore = done.rows.filter((row) => row.lapsed !== true).length

@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Option } from "effect"
+import { type Clock, Effect, Option } from "effect"
 import {
   type Fence,
   type JobRow,
@@ -39,7 +39,7 @@ export const makeQueueStorage = (
   schema: string,
   notifier: Notifier,
   memory: FlowMemory,
-  flowClaim: (queue: string, workerId: string, now: number, n: number) => Effect.Effect<FlowOutcome, SqlError>,
+  flowClaim: (queue: string, workerId: string, clock: Clock.Clock, n: number) => Effect.Effect<FlowOutcome, SqlError>,
   buried: HoldersBuried
 ): QueueStorage => {
   const sql = queueStatements(schema, notifier)
@@ -160,11 +160,12 @@ export const makeQueueStorage = (
   const claimRounds = (
     queue: string,
     workerId: string,
-    now: number,
+    clock: Clock.Clock,
     limit: number,
     first?: ReadonlyArray<JobRow>
   ): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
     Effect.gen(function*() {
+      const now = clock.unsafeCurrentTimeMillis()
       const claimed: Array<JobRow> = []
       const died: Array<JobRow> = []
       // Claimed by the flow walk, when a round found the queue limited meanwhile (in the walk's order).
@@ -177,7 +178,7 @@ export const makeQueueStorage = (
           if (raw[0]?.limited === true) {
             // Another process's `setLimits` committed between two rounds: the walk claims what is still
             // wanted, after what the earlier rounds claimed (committed, theirs to answer for).
-            const rest = yield* limitedClaim(queue, workerId, now, wanted)
+            const rest = yield* limitedClaim(queue, workerId, clock, wanted)
             if (claimed.length === 0 && died.length === 0) return rest
             walked = rest.filter((row) => row.state === "claimed")
             for (const row of rest) if (row.state !== "claimed") died.push(row)
@@ -197,25 +198,25 @@ export const makeQueueStorage = (
     })
 
   // Flow control: the walk (optimistic, or in a transaction of its own on the limits row: flowStorage.ts).
-  const limitedClaim = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
-    Effect.flatMap(flowClaim(queue, workerId, now, limit), (outcome) => {
+  const limitedClaim = (queue: string, workerId: string, clock: Clock.Clock, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
+    Effect.flatMap(flowClaim(queue, workerId, clock, limit), (outcome) => {
       memory.saw(queue, outcome.limited)
-      return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, now, limit)
+      return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, clock, limit)
     })
 
   // A queue seen limited goes straight to the flow walk (no unlimited claim statement to learn it again).
-  const claim = (queue: string, workerId: string, now: number, limit: number) =>
-    memory.known(queue) ? limitedClaim(queue, workerId, now, limit) : claimRounds(queue, workerId, now, limit)
+  const claim = (queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
+    memory.known(queue) ? limitedClaim(queue, workerId, clock, limit) : claimRounds(queue, workerId, clock, limit)
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none
   // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
   // docs/performance-pg.md).
-  const ackAndClaim = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
+  const ackAndClaim = (fence: Fence, queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
     Effect.flatMap(
       db.all<Record<string, unknown>>(
         limit === 1 ? sql.ackAndClaimOne : sql.ackAndClaim,
-        [now, workerId, queue, limit, fence.id, fence.token]
+        [clock.unsafeCurrentTimeMillis(), workerId, queue, limit, fence.id, fence.token]
       ),
       (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
         let acked: boolean
@@ -224,10 +225,10 @@ export const makeQueueStorage = (
         try {
           acked = raw.length > 0 && int(raw[0]!.acked, "acked") > 0
           if (raw[0]?.limited === true) {
-            return Effect.map(limitedClaim(queue, workerId, now, limit), (rows) => ({ acked, rows }))
+            return Effect.map(limitedClaim(queue, workerId, clock, limit), (rows) => ({ acked, rows }))
           }
           if (raw[0]?.backlog === true) {
-            return Effect.map(claimRounds(queue, workerId, now, limit), (rows) => ({ acked, rows }))
+            return Effect.map(claimRounds(queue, workerId, clock, limit), (rows) => ({ acked, rows }))
           }
           for (const row of raw) {
             if (row.id === null) continue
@@ -242,7 +243,7 @@ export const makeQueueStorage = (
           if (first.length > 1) first.sort(claimOrder)
           return Effect.succeed({ acked, rows: first })
         }
-        return Effect.map(claimRounds(queue, workerId, now, limit, first), (rows) => ({ acked, rows }))
+        return Effect.map(claimRounds(queue, workerId, clock, limit, first), (rows) => ({ acked, rows }))
       }
     )
 

@@ -1,4 +1,4 @@
-import { Effect, Option } from "effect"
+import { type Clock, Effect, Option } from "effect"
 import { type Fence, type HoldersBuried, type JobRow, type MaintenanceRow, type NewJob, type QueueStorage, type StatsRow } from "../engine.js"
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
@@ -81,21 +81,31 @@ const lapsedIdsNow = (c: DirectConnection, queue: string, workerId: string, now:
 /** Claimed rows in claim order (a batch's RETURNING comes in table order). */
 const inClaimOrder = (rows: ReadonlyArray<JobRow>) => (rows.length > 1 ? [...rows].sort(claimOrder) : rows)
 
+/**
+ * A claim, judged at `clock`'s time when it runs: a body run again after a
+ * busy file waited (executor.ts `waiting`) reads it again, and a limited
+ * claim reads it once it holds the write lock (its rate window is stamped
+ * when the claim is made, not when it was asked for).
+ */
 const claimNow = (
   c: DirectConnection,
   queue: string,
   workerId: string,
-  now: number,
+  clock: Clock.Clock,
   limit: number,
   memory: FlowMemory,
   /** Whether `c` is inside a transaction already (else the flow walk opens one). */
   open: boolean
 ): ReadonlyArray<JobRow> => {
+  const now = clock.unsafeCurrentTimeMillis()
+  // The time under the write lock: the transaction's own `BEGIN IMMEDIATE` may have waited `busy_timeout`.
+  const locked = () => (open ? now : clock.unsafeCurrentTimeMillis())
   if (memory.known(queue)) {
     // A queue seen limited goes straight to its write lock, where one read gives the readiness and the limits.
     const underLock = () => {
-      const under = readinessNow(c, queue, now)
-      return under.limits === undefined ? undefined : flowWalkNow(c, queue, workerId, now, limit, "claim", under)
+      const at = locked()
+      const under = readinessNow(c, queue, at)
+      return under.limits === undefined ? undefined : flowWalkNow(c, queue, workerId, at, limit, "claim", under)
     }
     const outcome = open ? underLock() : c.transaction(underLock)
     if (outcome?.limited === true) return outcome.rows
@@ -106,13 +116,14 @@ const claimNow = (
     // Flow control: the walk decides, in a write transaction (docs/flow-control.md).
     // What the readiness read says holds under this claim's write lock: read again once it is taken.
     const walk = () => {
-      const under = open ? ready : c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now]))[0]!
-      return flowWalkNow(c, queue, workerId, now, limit, "claim", { due: under.due === 1, lapsed: under.lapsed === 1 })
+      const at = locked()
+      const under = open ? ready : c.all<Readiness>(readinessSql.text, readinessSql.bind([queue, at]))[0]!
+      return flowWalkNow(c, queue, workerId, at, limit, "claim", { due: under.due === 1, lapsed: under.lapsed === 1 })
     }
     const outcome = open ? walk() : c.transaction(walk)
     memory.saw(queue, outcome.limited)
     if (outcome.limited) return outcome.rows
-    return claimNow(c, queue, workerId, now, limit, memory, open) // the limits went meanwhile
+    return claimNow(c, queue, workerId, clock, limit, memory, open) // the limits went meanwhile
   }
   if (ready.due === 1) c.run(sql.promoteDue, [queue, now])
   const claimed: Array<JobRow> = []
@@ -206,14 +217,19 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
     )
   }
 
-  const claimLoop = (queue: string, workerId: string, now: number, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
+  // `claimNow` as effects (over an application's client): a limited claim reads the clock once its
+  // transaction holds the write lock.
+  const claimLoop = (queue: string, workerId: string, clock: Clock.Clock, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
     Effect.gen(function*() {
+      const now = clock.unsafeCurrentTimeMillis()
       const ready = (yield* db.all<Readiness>(readinessSql.text, readinessSql.bind([queue, now])))[0]!
       if (ready.limited === 1) {
-        const outcome = yield* db.transaction(flowWalkEffect(db, queue, workerId, now, limit, "claim"))
+        const outcome = yield* db.transaction(
+          Effect.suspend(() => flowWalkEffect(db, queue, workerId, clock.unsafeCurrentTimeMillis(), limit, "claim"))
+        )
         memory.saw(queue, outcome.limited)
         if (outcome.limited) return outcome.rows
-        return yield* claimLoop(queue, workerId, now, limit)
+        return yield* claimLoop(queue, workerId, clock, limit)
       }
       if (ready.due === 1) yield* db.run(sql.promoteDue, [queue, now])
       const claimed: Array<JobRow> = []
@@ -231,11 +247,11 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
       return claimResult(claimed, died)
     })
 
-  const claim = (queue: string, workerId: string, now: number, limit: number) =>
+  const claim = (queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
     Effect.flatMap(inTransaction, (open) =>
       open || limit === 1
-        ? claimLoop(queue, workerId, now, limit)
-        : db.transaction(claimLoop(queue, workerId, now, limit)))
+        ? claimLoop(queue, workerId, clock, limit)
+        : db.transaction(claimLoop(queue, workerId, clock, limit)))
 
   // A delete of job `id` inside a transaction, then the id floor it leaves (jobIds.ts): whether it deleted.
   const deleteKeepingFloor = (deleted: Effect.Effect<RunResult, SqlError>, id: number) =>
@@ -251,9 +267,9 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
   const insertOneBody = (job: NewJob) => (c: DirectConnection) =>
     job.key === undefined ? insertNow(c, job, buried) : c.transaction(() => insertKeyedNow(c, job, buried))
 
-  const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, now: number, limit: number) =>
+  const ackAndClaimBody = (fence: Fence, queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
   (c: DirectConnection) =>
-    c.transaction(() => ({ acked: ackInTransaction(c, fence), rows: claimNow(c, queue, workerId, now, limit, memory, true) }))
+    c.transaction(() => ({ acked: ackInTransaction(c, fence), rows: claimNow(c, queue, workerId, clock, limit, memory, true) }))
 
   const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
@@ -263,9 +279,9 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
       claim,
       ack,
       ackMany: (fences) => db.transaction(Effect.forEach(fences, ack)),
-      ackAndClaim: (fence, queue, workerId, now, limit) =>
+      ackAndClaim: (fence, queue, workerId, clock, limit) =>
         db.transaction(
-          Effect.zipWith(ack(fence), claim(queue, workerId, now, limit), (acked, rows) => ({ acked, rows }))
+          Effect.zipWith(ack(fence), claim(queue, workerId, clock, limit), (acked, rows) => ({ acked, rows }))
         )
     }
     : {
@@ -278,15 +294,15 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
             : c.transaction(() => insertManyNow(c, jobs))
         ),
       insertOne: (job) => direct(insertOneBody(job)),
-      claim: (queue, workerId, now, limit) =>
+      claim: (queue, workerId, clock, limit) =>
         direct((c) =>
           limit === 1
-            ? claimNow(c, queue, workerId, now, 1, memory, false)
-            : c.transaction(() => claimNow(c, queue, workerId, now, limit, memory, true))
+            ? claimNow(c, queue, workerId, clock, 1, memory, false)
+            : c.transaction(() => claimNow(c, queue, workerId, clock, limit, memory, true))
         ),
       ack: (fence) => direct((c) => ackNow(c, fence)),
       ackMany: (fences) => direct((c) => ackManyNow(c, fences)),
-      ackAndClaim: (fence, queue, workerId, now, limit) => direct(ackAndClaimBody(fence, queue, workerId, now, limit))
+      ackAndClaim: (fence, queue, workerId, clock, limit) => direct(ackAndClaimBody(fence, queue, workerId, clock, limit))
     }
 
   /** Deletes the jobs `ids` names by primary key, one statement each (a plan no statistics can turn into a scan). */
@@ -302,8 +318,8 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
       const id = directNow(context, insertOneBody(job))
       return id === notNow ? undefined : id
     },
-    ackAndClaimNow: (context, fence, queue, workerId, now, limit) => {
-      const result = directNow(context, ackAndClaimBody(fence, queue, workerId, now, limit))
+    ackAndClaimNow: (context, fence, queue, workerId, clock, limit) => {
+      const result = directNow(context, ackAndClaimBody(fence, queue, workerId, clock, limit))
       return result === notNow ? undefined : result
     }
   }

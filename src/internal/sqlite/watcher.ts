@@ -228,8 +228,6 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
           } catch {
             eventsUnavailable = true
           }
-          // A commit between the waiter's last look and the watch starting has no event.
-          checkVersion()
         }
 
         const interval = () => (eventsUnavailable ? options.pollMillis : options.eventFallbackMillis)
@@ -255,6 +253,9 @@ export const startWatcher = (hub: WakeHub, options: WatcherOptions) =>
             if (linger !== undefined) clearTimeout(linger)
             linger = undefined
             startEvents()
+            // A commit between the waiter's last look and its wait had no event it heeded: the watch was not
+            // started yet, or lingered ignoring events while nobody waited.
+            checkVersion()
             schedule()
           } else if (events !== undefined && linger === undefined) {
             linger = setTimeout(stopEvents, 1_000).unref()
