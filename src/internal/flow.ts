@@ -237,10 +237,13 @@ function* admits(scope: string, limit: number, per: number, last: number, k: num
 const serialBefore = (c: Candidate, place: readonly [number, number]) =>
   c.round < place[0] || (c.round === place[0] && c.id < place[1])
 
-/** The doomed lapsed claims of `c`'s group ahead of it (a claim would bury them before it reached `c`). */
-const doomedAhead = (lapsed: ReadonlyArray<Candidate>, c: Candidate) => {
+/**
+ * The doomed lapsed claims of `c`'s group ahead of it that are still claimed (not in `buried`): they hold
+ * no place, and a claim buries them when it meets them, which may be after `c` (a lower priority).
+ */
+const doomedAhead = (lapsed: ReadonlyArray<Candidate>, c: Candidate, buried: ReadonlySet<number>) => {
   let n = 0
-  for (const d of lapsed) if (d.doomed && d.group === c.group && serialBefore(d, [c.round, c.id])) n++
+  for (const d of lapsed) if (d.doomed && !buried.has(d.id) && d.group === c.group && serialBefore(d, [c.round, c.id])) n++
   return n
 }
 
@@ -263,6 +266,8 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
   }
   const groupLimited = lim.groupConcurrency !== null || lim.groupRateLimit !== null
   const groups = new Map<string, GroupState>()
+  // The candidates this claim buried: the engines read group counts again after a burial (they exclude them).
+  const buried = new Set<number>()
   const start = yield* call("start", {
     inFlight: lim.concurrency !== null,
     queueLast: lim.rateLimit !== null,
@@ -319,50 +324,55 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       c = e!
       from!.i++
     }
-    // A dry walk (stats, a waiter's probe) passes over what a claim would bury: it takes no slot.
+    // What a claim buries (a lapsed claim with its attempts spent, or expired) takes no slot, no place in its
+    // group and no place in a window: a dry walk (stats, a waiter's probe) passes over it, and a claim buries
+    // it whatever the limits (its claim statement judges it doomed as the read did, at `now`).
     if (dry && c.doomed) continue
     let group = groups.get(c.group)
-    if (group?.blocked === true || (group?.waitsFrom !== undefined && !serialBefore(c, group.waitsFrom))) continue
-    if (groupLimited) {
-      // A dry walk leaves the doomed lapsed claims ahead of `c` claimed, where a claim buries them first: the
-      // count of live jobs ahead passes over them (counted up to the cap plus them, then less them).
-      const skip = dry && lim.groupConcurrency !== null ? doomedAhead(lapsed.page, c) : 0
-      const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
-      let ahead: number | undefined
-      if (group === undefined) {
-        const first = yield* call("groupStart", c.group, c.round, c.id, cap, lim.groupRateLimit !== null)
-        group = { blocked: false, waitsFrom: undefined, inFlight: first.inFlight, last: first.last, taken: 0 }
-        groups.set(c.group, group)
-        ahead = first.ahead
-      }
-      if (lim.groupConcurrency !== null) {
-        // Serial order: a group's job waits while `groupConcurrency` of its live jobs are ahead of it
-        // (a retry waiting out its backoff keeps its place), and while that many are claimed.
-        if (group.inFlight + group.taken >= lim.groupConcurrency) {
-          group.blocked = true
-          continue
+    if (!c.doomed) {
+      if (group?.blocked === true || (group?.waitsFrom !== undefined && !serialBefore(c, group.waitsFrom))) continue
+      if (groupLimited) {
+        // The doomed lapsed claims ahead of `c` still claimed hold no place: the count of live jobs ahead
+        // passes over them (counted up to the cap plus them, then less them). A dry walk read every lapsed
+        // page; a claim's page holds those not yet met (an earlier page's were met, and buried).
+        const skip = lim.groupConcurrency !== null ? doomedAhead(lapsed.page, c, buried) : 0
+        const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
+        let ahead: number | undefined
+        if (group === undefined) {
+          const first = yield* call("groupStart", c.group, c.round, c.id, cap, lim.groupRateLimit !== null)
+          group = { blocked: false, waitsFrom: undefined, inFlight: first.inFlight, last: first.last, taken: 0 }
+          groups.set(c.group, group)
+          ahead = first.ahead
         }
-        if ((ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, cap!))) - skip >= lim.groupConcurrency) {
-          // Not the whole group: the job ahead may be a candidate the walk meets later (a lower priority, or
-          // a requeued dead job keeping its place behind a later run_at).
-          group.waitsFrom = [c.round, c.id]
-          continue
+        if (lim.groupConcurrency !== null) {
+          // Serial order: a group's job waits while `groupConcurrency` of its live jobs are ahead of it
+          // (a retry waiting out its backoff keeps its place), and while that many are claimed.
+          if (group.inFlight + group.taken >= lim.groupConcurrency) {
+            group.blocked = true
+            continue
+          }
+          if ((ahead ?? (yield* call("groupAhead", c.group, c.round, c.id, cap!))) - skip >= lim.groupConcurrency) {
+            // Not the whole group: the job ahead may be a candidate the walk meets later (a lower priority, or
+            // a requeued dead job keeping its place behind a later run_at).
+            group.waitsFrom = [c.round, c.id]
+            continue
+          }
+        }
+        if (lim.groupRateLimit !== null) {
+          const ok = yield* admits(groupScope(c.group), lim.groupRateLimit, lim.groupRatePerMillis!, group.last, group.taken + 1, now)
+          if (ok !== true) {
+            soonest(ok)
+            group.blocked = true
+            continue
+          }
         }
       }
-      if (lim.groupRateLimit !== null) {
-        const ok = yield* admits(groupScope(c.group), lim.groupRateLimit, lim.groupRatePerMillis!, group.last, group.taken + 1, now)
+      if (lim.rateLimit !== null) {
+        const ok = yield* admits("", lim.rateLimit, lim.ratePerMillis!, queueLast, taken + 1, now)
         if (ok !== true) {
           soonest(ok)
-          group.blocked = true
-          continue
+          break
         }
-      }
-    }
-    if (lim.rateLimit !== null) {
-      const ok = yield* admits("", lim.rateLimit, lim.ratePerMillis!, queueLast, taken + 1, now)
-      if (ok !== true) {
-        soonest(ok)
-        break
       }
     }
     if (!dry) {
@@ -376,6 +386,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
       if (row.state !== "claimed") {
         died.push(row)
+        buried.add(c.id)
         continue
       }
       rows.push(c.state === "claimed" ? { ...row, lapsed: true } : row)

@@ -148,8 +148,11 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
     let firstMade = false
     const lapsedIds = new Set<number>()
     const claimedRow = (row: JobRow) => {
-      if (row.state !== "claimed") claimed.died.push(row)
-      else claimed.rows.push(lapsedIds.has(row.id) ? { ...row, lapsed: true } : row)
+      if (row.state !== "claimed") {
+        claimed.died.push(row)
+        // Buried: the group counts read ahead still count it (the walk passes over it from now on).
+        if (ahead !== undefined) ahead = { ...ahead, groups: new Map() }
+      } else claimed.rows.push(lapsedIds.has(row.id) ? { ...row, lapsed: true } : row)
     }
     const readAhead = Effect.map(
       rows(sql.readAhead, [queue, now, access === "optimistic", firstPageSize(n, mode), dueScheduledToRead(mode)], (r) => {

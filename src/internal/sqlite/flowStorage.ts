@@ -157,9 +157,14 @@ const genOps: GenOps = {
   *logAt({ queue }, scope, seq) {
     return (yield* rows<{ at: number }>(sql.logAt, [queue, scope, seq]))[0]?.at
   },
-  *claim({ now, queue, workerId }, id, writes) {
+  *claim(ctx, id, writes) {
+    const { now, queue, workerId } = ctx
     const row: JobRow | undefined = yield { _: "claim", params: sql.claim.bind([now, workerId, id]) }
-    if (row?.state !== "claimed") return row
+    if (row === undefined) return row
+    if (row.state !== "claimed") {
+      ctx.head = undefined // buried: the page head's group counts, read before, still count it
+      return row
+    }
     if (writes.log.length === 2) {
       const [[s1, q1], [s2, q2]] = writes.log as readonly [readonly [string, number], readonly [string, number]]
       yield* run(sql.logTwo, [queue, s1, q1, now, queue, s2, q2, now])
