@@ -416,21 +416,23 @@ export interface RateLimiterStorage {
    * `expires_at` has passed starts again at 0 from `now`; taking adds
    * `tokens` and pushes `expires_at` by `refillMillis × tokens`, unless
    * `limit` is given and would be passed, when nothing is taken. Returns the
-   * count (with `tokens`, taken or not) and the stored `expires_at`.
+   * count (with `tokens`, taken or not), the stored `expires_at` and the
+   * `now` it was judged at. `clock` is read once the take holds its key (after
+   * any wait for the write lock or the key's row, as a claim's is).
    */
   readonly fixedWindow: (input: {
     readonly key: string
     readonly tokens: number
     readonly refillMillis: number
     readonly limit: number | undefined
-    readonly now: number
-  }) => Effect.Effect<{ readonly count: number; readonly expiresAt: number }, SqlError>
+    readonly clock: Clock.Clock
+  }) => Effect.Effect<{ readonly count: number; readonly expiresAt: number; readonly now: number }, SqlError>
   /**
    * The token bucket of `key` (full, `limit`, when new) refilled by one token
    * per whole `refillMillis` since its last refill (never past `limit`),
    * then `tokens` taken when enough are left or `allowOverflow`. Returns the
    * tokens left after the take, negative when it was refused (nothing stored
-   * below zero then).
+   * below zero then). `clock` as for `fixedWindow`.
    */
   readonly tokenBucket: (input: {
     readonly key: string
@@ -438,7 +440,7 @@ export interface RateLimiterStorage {
     readonly refillMillis: number
     readonly limit: number
     readonly allowOverflow: boolean
-    readonly now: number
+    readonly clock: Clock.Clock
   }) => Effect.Effect<number, SqlError>
 }
 

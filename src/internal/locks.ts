@@ -1,8 +1,9 @@
+import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, DateTime, Duration, Effect, Exit, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
 import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
 import { durationMillis, fromChecked, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
-import { Engine, type LockStorage } from "./engine.js"
+import { Engine, type LockRow, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { ownOptions, validateText } from "./options.js"
 import { givingBack, patienceCapMillis, releasePatienceMillis } from "./patience.js"
@@ -39,11 +40,37 @@ const knownLease = (handle: L.LockHandle): KnownLease => {
   return lease
 }
 
+/**
+ * Takes `name` for `owner` at the time asked, then makes up for a wait: the
+ * statement may have waited (the write lock, another session's row lock)
+ * while its lease ran from the time asked. A lease with less than half its
+ * ttl left is renewed from now before the handle is handed out, and one that
+ * lapsed meanwhile (no renewal takes it back) is taken again, a new tenure —
+ * so every handle starts with at least half its ttl, as a claim's lease does
+ * (docs/queues-and-locks.md, "Locks").
+ */
+const acquiredRow = (
+  storage: LockStorage,
+  name: string,
+  owner: string,
+  ttlMillis: number
+): Effect.Effect<Option.Option<LockRow>, SqlError> =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const taken = yield* storage.acquire(name, owner, now, now + ttlMillis)
+    if (Option.isNone(taken)) return taken
+    const at = yield* Clock.currentTimeMillis
+    if (taken.value.expires_at - at >= ttlMillis / 2) return taken
+    if (yield* storage.renew(name, owner, taken.value.token, at, at + ttlMillis)) {
+      return Option.some({ ...taken.value, expires_at: Math.max(taken.value.expires_at, at + ttlMillis) })
+    }
+    return yield* acquiredRow(storage, name, owner, ttlMillis)
+  })
+
 /** Takes `name` for `owner` (names are validated by the caller; the ttl's lease end is in range). */
 export const acquireLock = (storage: LockStorage, name: string, owner: string, ttlMillis: number) =>
   traced("alkstore.lock.acquire", () => ({ [attr.lock]: name, [attr.owner]: owner }), Effect.gen(function*() {
-    const now = yield* Clock.currentTimeMillis
-    const row = yield* storage.acquire(name, owner, now, now + ttlMillis)
+    const row = yield* acquiredRow(storage, name, owner, ttlMillis)
     return Option.map(row, (row): L.LockHandle => {
       const lease: KnownLease = { end: row.expires_at }
       const handle: L.LockHandle = {

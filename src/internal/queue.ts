@@ -139,10 +139,15 @@ export const makeQueue = <A>(
     // (a PersistedQueue's: prefetched elements, claims shared by concurrent takes) keeps to the caller's fiber.
     const claimOnce = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
     const claim = storage.claimsWaitOnServer && options?.claim === undefined ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded) : claimOnce
-    const round = (quiet?: Quiet): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
+    // A wake acted on after its ticket was given back (a claim at once, or a re-read in the next round) is
+    // handed on when that step is cut off before it claimed or read: another waiter of the queue would
+    // otherwise sleep to its fallback poll with the job there (docs/waking.md).
+    const handingOn = (reason: WakeReason) => Effect.sync(() => engine.wake.handOn(name, reason))
+    const round = (quiet?: Quiet, woken?: WakeReason): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> =>
       Effect.flatMap(
-        engine.wake.withTicket(name, (ticket) =>
-          Effect.gen(function*() {
+        engine.wake.withTicket(name, (ticket) => {
+          let waiting = false
+          const body = Effect.gen(function*() {
             const at = yield* now
             // Asks with a read first, so idle waiters never write; on a queue seen
             // limited that read is the flow walk's (docs/flow-control.md).
@@ -170,24 +175,29 @@ export const makeQueue = <A>(
               (d) => (reopenAt === null ? d : Math.min(d, reopenAt))
             ).pipe(Option.orElse(() => Option.fromNullable(reopenAt)))
             const poll = at + engine.settings.fallbackPollMillis
+            waiting = true
             return yield* restore(ticket.waitUntil(Option.match(deadline, { onNone: () => poll, onSome: (d) => Math.min(d, poll) })))
-          })),
+          })
+          return woken === undefined ? body : Effect.onError(body, () => (waiting ? Effect.void : handingOn(woken)))
+        }),
         // A signal from this process means work is there: claim at once; any other wake reads first.
         (outcome: WakeReason | ReadonlyArray<ClaimHandle<A>>) =>
-          typeof outcome !== "string" ? Effect.succeed(outcome) : outcome === "signalled" ? atOnce : round()
+          typeof outcome !== "string"
+            ? Effect.succeed(outcome)
+            : outcome === "signalled"
+            ? Effect.flatMap(Effect.onError(claim, () => handingOn("signalled")), afterClaim)
+            : round(undefined, outcome)
       )
     // Claiming at once skips the ticket and the read before the claim: a drain's every take is a first
     // round, and a wait signalled from this process means work is there. No ticket is needed while
     // claiming, only before a wait: a claim that finds nothing takes a ticket in `round` and reads
     // again before it waits, so a signal meanwhile is not lost (it costs such a take one more read).
-    const atOnce: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> = Effect.flatMap(
-      claim,
-      (handles) => {
-        if (handles.length === 0) return round()
-        engine.wake.signal(name, 1) // pass the baton: there may be more
-        return Effect.succeed(handles)
-      }
-    )
+    const afterClaim = (handles: ReadonlyArray<ClaimHandle<A>>): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> => {
+      if (handles.length === 0) return round()
+      engine.wake.signal(name, 1) // pass the baton: there may be more
+      return Effect.succeed(handles)
+    }
+    const atOnce: Effect.Effect<ReadonlyArray<ClaimHandle<A>>, Q.WaitError> = Effect.flatMap(claim, afterClaim)
     return options?.claimAtOnce === true ? atOnce : round(options?.quietSince)
   }
 

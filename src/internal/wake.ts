@@ -26,6 +26,12 @@ export interface WakeHub {
   readonly fail: (error: WaitError) => void
   readonly onWaiting: (listener: (waiting: boolean) => void) => void
   /**
+   * Hands a wake its waiter could not act on (its claim or re-read, after
+   * the wait, was interrupted or failed) to the next waiter of `topic`, as a
+   * round that fails with its ticket signalled does.
+   */
+  readonly handOn: (topic: string, reason: WakeReason) => void
+  /**
    * How many signals `topic` has had (`signalAll` and `fail` count for every
    * topic), waiters or not: a reader that took this before a claim found
    * nothing knows, when it has not moved, that nothing committed since was
@@ -176,6 +182,9 @@ export const makeWakeHub = (): WakeHub => {
         })),
     onWaiting: (listener) => {
       listeners.push(listener)
+    },
+    handOn: (topic, reason) => {
+      if (failure === undefined) wake(topic, 1, reason)
     },
     generation: (topic) => everyTopic + (generations.get(topic) ?? 0)
   }

@@ -1,5 +1,5 @@
 import * as RateLimiter from "@effect/experimental/RateLimiter"
-import { Clock, Duration, Effect } from "effect"
+import { Duration, Effect } from "effect"
 import { InvalidOptions } from "../../StoreError.js"
 import { checkText } from "../options.js"
 import { Backing } from "./backing.js"
@@ -36,7 +36,8 @@ const checkInput = (options: {
  * `@effect/experimental`'s `RateLimiterStore` over the store's tables: one
  * statement per take, atomic across processes (and, on PostgreSQL, hosts),
  * with time from the fiber's `Clock` (on PostgreSQL by default the host
- * clock aligned with the server's, so hosts agree).
+ * clock aligned with the server's, so hosts agree), read once the take holds
+ * its key: a take that waited for another's is judged when it is made.
  */
 export const make: Effect.Effect<RateLimiter.RateLimiterStore["Type"], never, Backing> = Effect.map(
   Backing,
@@ -45,27 +46,25 @@ export const make: Effect.Effect<RateLimiter.RateLimiterStore["Type"], never, Ba
       fixedWindow: (options) =>
         Effect.gen(function*() {
           const refillMillis = yield* checkInput(options)
-          const now = yield* Clock.currentTimeMillis
-          const { count, expiresAt } = yield* storage.fixedWindow({
+          const { count, expiresAt, now } = yield* storage.fixedWindow({
             key: options.key,
             tokens: options.tokens,
             refillMillis,
             limit: options.limit,
-            now
+            clock: yield* Effect.clock
           }).pipe(Effect.mapError(storeError("Failed to take from a fixed-window rate limit")))
           return [count, expiresAt - now] as const
         }),
       tokenBucket: (options) =>
         Effect.gen(function*() {
           const refillMillis = yield* checkInput(options)
-          const now = yield* Clock.currentTimeMillis
           return yield* storage.tokenBucket({
             key: options.key,
             tokens: options.tokens,
             refillMillis,
             limit: options.limit,
             allowOverflow: options.allowOverflow,
-            now
+            clock: yield* Effect.clock
           }).pipe(Effect.mapError(storeError("Failed to take from a token-bucket rate limit")))
         })
     })

@@ -1,10 +1,11 @@
-import { Effect } from "effect"
+import { type Clock, Effect } from "effect"
 import type { RateLimiterStorage } from "../engine.js"
 import type { Executor, Param } from "./executor.js"
 
 /**
  * RateLimiter's two algorithms on SQLite, each one UPSERT … RETURNING: one
- * statement is atomic across connections and processes (the write lock).
+ * statement is atomic across connections and processes (the write lock),
+ * judged at the time it runs (`atNow`).
  * The rules are those of `@effect/experimental`'s in-memory store, in the
  * same double arithmetic (see `EffectStoresStorage` in engine.ts).
  *
@@ -45,13 +46,31 @@ const tokenBucket = positional(`INSERT INTO __alkstore_rate_buckets (key, tokens
     granted = ${granted}
   RETURNING tokens, granted`)
 
+/**
+ * One statement, its time read when it runs: on the store's own connection
+ * a body run again after a busy file waited reads the clock again; over an
+ * application's client the statement runs in a transaction of its own,
+ * after its `BEGIN IMMEDIATE` took the write lock.
+ */
+const atNow = <A>(db: Executor, clock: Clock.Clock, text: string, params: (now: number) => ReadonlyArray<Param>) => {
+  if (db.direct !== undefined) {
+    return db.direct((c) => {
+      const now = clock.unsafeCurrentTimeMillis()
+      return { rows: c.all<A>(text, params(now)), now }
+    })
+  }
+  return db.transaction(Effect.suspend(() => {
+    const now = clock.unsafeCurrentTimeMillis()
+    return Effect.map(db.all<A>(text, params(now)), (rows) => ({ rows, now }))
+  }))
+}
+
 export const makeRateLimiterStorage = (db: Executor): RateLimiterStorage => ({
-  fixedWindow: ({ key, limit, now, refillMillis, tokens }) => {
+  fixedWindow: ({ clock, key, limit, refillMillis, tokens }) => {
     // A new key is a lapsed window: the same rule decides whether the take is granted.
     const refusedFresh = limit !== undefined && tokens > limit
     return Effect.map(
-      db.all<{ used: number; expires_at: number; granted: number }>(
-        fixedWindow.sql,
+      atNow<{ used: number; expires_at: number; granted: number }>(db, clock, fixedWindow.sql, (now) =>
         fixedWindow.params({
           key,
           now,
@@ -61,20 +80,18 @@ export const makeRateLimiterStorage = (db: Executor): RateLimiterStorage => ({
           freshused: refusedFresh ? 0 : tokens,
           freshexpires: now + (refusedFresh ? 0 : refillMillis * tokens),
           freshgranted: refusedFresh ? 0 : 1
-        })
-      ),
-      (rows) => {
+        })),
+      ({ now, rows }) => {
         const row = rows[0]!
-        return { count: row.granted === 1 ? row.used : row.used + tokens, expiresAt: row.expires_at }
+        return { count: row.granted === 1 ? row.used : row.used + tokens, expiresAt: row.expires_at, now }
       }
     )
   },
-  tokenBucket: ({ allowOverflow, key, limit, now, refillMillis, tokens }) => {
+  tokenBucket: ({ allowOverflow, clock, key, limit, refillMillis, tokens }) => {
     // A new bucket is full.
     const grantedFresh = allowOverflow || limit - tokens >= 0
     return Effect.map(
-      db.all<{ tokens: number; granted: number }>(
-        tokenBucket.sql,
+      atNow<{ tokens: number; granted: number }>(db, clock, tokenBucket.sql, (now) =>
         tokenBucket.params({
           key,
           now,
@@ -84,9 +101,8 @@ export const makeRateLimiterStorage = (db: Executor): RateLimiterStorage => ({
           overflow: allowOverflow ? 1 : 0,
           freshtokens: grantedFresh ? limit - tokens : limit,
           freshgranted: grantedFresh ? 1 : 0
-        })
-      ),
-      (rows) => {
+        })),
+      ({ rows }) => {
         const row = rows[0]!
         return row.granted === 1 ? row.tokens : row.tokens - tokens
       }
