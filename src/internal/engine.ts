@@ -136,7 +136,11 @@ export interface QueueStorage {
   /** The next instant after `now` when something in `queue` becomes claimable. */
   readonly nextDeadline: (queue: string, now: number) => Effect.Effect<Option.Option<number>, SqlError>
   readonly ack: (fence: Fence) => Effect.Effect<boolean, SqlError>
-  /** `ack` of each, in one transaction. */
+  /**
+   * `ack` of each, in one transaction. With `bury` and `cancel`, it tells
+   * other processes of the slots it frees in a queue with limits in its own
+   * statement where the engine must tell them (PostgreSQL's NOTIFY).
+   */
   readonly ackMany: (fences: ReadonlyArray<Fence>) => Effect.Effect<ReadonlyArray<boolean>, SqlError>
   /**
    * Acks one claim and claims up to `limit` more in one transaction: a busy
@@ -228,10 +232,9 @@ export interface FlowStorage {
    */
   readonly ackFreeing?: (fence: Fence, queue: string) => Effect.Effect<boolean, SqlError>
   /**
-   * `freed` for a queue this process has not seen limited (an operator's
-   * cancel, a death of a job claimed before the limits were set): told only
-   * when the queue has limits, decided by the statement (PostgreSQL; nothing
-   * on SQLite, as `freed`).
+   * `freed` for a queue this process has not seen limited (the jobs a
+   * maintenance round expired): told only when the queue has limits, decided
+   * by the statement (PostgreSQL; nothing on SQLite, as `freed`).
    */
   readonly freedIfLimited: (queue: string) => Effect.Effect<void, SqlError>
   readonly memory: FlowMemory

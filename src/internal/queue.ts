@@ -30,6 +30,7 @@ import { outsideTransactions } from "./transactionOwner.js"
 import {
   ackClaimWithin,
   claimWithin,
+  limitedWithin,
   type ClaimOne,
   type QueueInternals,
   type Restore,
@@ -84,10 +85,11 @@ export const makeQueue = <A>(
   const tellWaiters = Effect.suspend(() => Effect.zipRight(signal(1), flow.freed(name)))
   // A slot of a limited queue freed by an ack: wake a waiter here, and other processes.
   const ackFreed = Effect.suspend(() => (flow.memory.known(name) ? tellWaiters : Effect.void))
-  // Freed by a death or a cancel (rarer than acks, and an operator's cancel comes from a process that may never
-  // have claimed here): where this process has not seen the queue limited, no waiter here is held back by its
-  // limits, but one elsewhere may be — told by a statement that tells only if the queue has limits (PostgreSQL).
-  const freed = Effect.suspend(() => (flow.memory.known(name) ? tellWaiters : flow.freedIfLimited(name)))
+  // Freed by a death, a cancel or an ack of many: their statements tell other processes themselves where the
+  // queue has limits (PostgreSQL's NOTIFY, sent on commit, so a caller cut off before the answer leaves nobody
+  // uninformed; SQLite's commits tell by themselves). Here, a waiter is held back by limits only where this
+  // process has seen the queue limited.
+  const freed = Effect.suspend(() => (flow.memory.known(name) ? signal(1) : Effect.void))
   // A limited queue's ack tells other processes in its own statement where the engine can (PostgreSQL).
   const ackOf = (fence: Fence) =>
     flow.ackFreeing !== undefined && flow.memory.known(name)
@@ -369,7 +371,7 @@ export const makeQueue = <A>(
       Effect.zipRight(checkWorker(workerId), Effect.map(claimHanded(workerId, 1), (handles) => Option.fromNullable(handles[0]))),
     claimBatch: (workerId, n) =>
       Effect.zipRight(Effect.zipRight(checkWorker(workerId), positiveCount("batch", n)), claimHanded(workerId, n)),
-    ackAll: makeAckAll<A>({ name, storage, metrics: m, freed: ackFreed }),
+    ackAll: makeAckAll<A>({ name, storage, metrics: m, freed }),
     // The read and the claim run uninterruptibly (only the wait is restored): an interruption that lands
     // meanwhile is seen as the handle is handed out, and gives the claim back (no attempt spent) rather
     // than leaving it claimed, unseen, until its lease lapses.
@@ -381,6 +383,7 @@ export const makeQueue = <A>(
     [takeWithin]: (workerId, restore, claimOne) => takeUnder(workerId, restore, true, claimOne),
     [claimWithin]: (workerId, n) => claimUpTo(workerId, n),
     [ackClaimWithin]: makeAckAndClaim(storage, name, m, toHandles),
+    [limitedWithin]: () => flow.memory.known(name),
     stream: makeStream<A>({ name, processSpan, takeUpTo, releaseUnhanded, claimTraced, onStoreClose: engine.lifetime.onClose }),
     // Stopped by the store's close, while its connection still works (lifetime.ts).
     // Never inside the transaction it may have been started in (transactionOwner.ts).

@@ -34,6 +34,13 @@ export const claimWithin: unique symbol = Symbol.for("alkstore/Queue/claimWithin
 /** Acks a claim and claims up to `n` more in one transaction (the worker's fused step). Internal, as `takeWithin`. */
 export const ackClaimWithin: unique symbol = Symbol.for("alkstore/Queue/ackClaimWithin")
 
+/**
+ * Whether this process has seen the queue limited (flow control): its claims
+ * are scarce (a slot, a place in a rate window), so none is made ahead of a
+ * caller that asked (EffectStores' prefetch). Internal, as `takeWithin`.
+ */
+export const limitedWithin: unique symbol = Symbol.for("alkstore/Queue/limitedWithin")
+
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 
 /** How a take looks for work (`takeUpTo`); every field is optional. */
@@ -58,4 +65,5 @@ export interface QueueInternals<A> {
   ) => Effect.Effect<Q.JobHandle<A>, InvalidOptions | Q.WaitError>
   readonly [claimWithin]: (workerId: string, n: number) => Effect.Effect<ReadonlyArray<Q.JobHandle<A>>, SqlError>
   readonly [ackClaimWithin]: (handle: ClaimHandle<A>, workerId: string, n: number) => Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError>
+  readonly [limitedWithin]: () => boolean
 }

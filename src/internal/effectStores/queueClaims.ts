@@ -2,7 +2,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Exit } from "effect"
 import type * as Q from "../../Queues.js"
 import type { ClaimHandle } from "../handle.js"
-import { ackClaimWithin, claimWithin, type ClaimOne, type QueueInternals } from "../queueInternals.js"
+import { ackClaimWithin, claimWithin, type ClaimOne, limitedWithin, type QueueInternals } from "../queueInternals.js"
 import { makeGroupCommit } from "./groupCommit.js"
 import { inTransactionOf } from "../transactionOwner.js"
 import type { Prefetch, PrefetchSlot } from "./prefetch.js"
@@ -26,6 +26,12 @@ const claimBatchMax = 100
 /** A queue's prefetch: its slot, and a successful take's ack fused with the claim of the next element into it. */
 export interface QueuePrefetch {
   readonly slot: PrefetchSlot<Held>
+  /**
+   * Whether the queue is limited (flow control), when nothing is claimed
+   * ahead of a take: a held element given back unseen would have spent a
+   * slot's turn or a place in a rate window (a released claim keeps its place).
+   */
+  readonly limited: () => boolean
   /** Acks `handle` and claims up to `n` next elements into the slot, in one transaction. */
   readonly ackAndClaim: (handle: Held, n: number) => Effect.Effect<void, SqlError>
   /** Claims up to `n` (inside a shared settle transaction: `hold` them once it committed). */
@@ -51,7 +57,7 @@ export interface QueuePrefetch {
 export const claimsFor = (prefetches: ReadonlyArray<QueuePrefetch | undefined>) => {
   let wanted: Map<QueuePrefetch, number> | undefined
   for (const prefetch of prefetches) {
-    if (prefetch !== undefined) (wanted ??= new Map()).set(prefetch, (wanted.get(prefetch) ?? 0) + 1)
+    if (prefetch !== undefined && !prefetch.limited()) (wanted ??= new Map()).set(prefetch, (wanted.get(prefetch) ?? 0) + 1)
   }
   if (wanted === undefined) return undefined
   return Effect.forEach(
@@ -82,13 +88,17 @@ export const knownQueue = (
   const internals = queue as Partial<QueueInternals<Stored>>
   const claimUpTo = internals[claimWithin]
   const ackClaim = internals[ackClaimWithin]
-  if (claimUpTo === undefined || ackClaim === undefined) return { queue, claim: undefined, prefetch: undefined }
+  const limited = internals[limitedWithin]
+  if (claimUpTo === undefined || ackClaim === undefined || limited === undefined) {
+    return { queue, claim: undefined, prefetch: undefined }
+  }
   const slot = prefetch.slot()
   return {
     queue,
     claim: coalescedClaim(claimUpTo, workerId, othersAround, slot, prefetch),
     prefetch: {
       slot,
+      limited,
       ackAndClaim: (handle, n) => Effect.flatMap(ackClaim(handle, workerId, n), (handles) => prefetch.hold(slot, handles)),
       claimNext: (n) => claimUpTo(workerId, n) as Effect.Effect<ReadonlyArray<Held>, SqlError>,
       hold: (handles) => prefetch.hold(slot, handles),

@@ -125,8 +125,8 @@ export const settle = (
     // Served alone (a lone take), the ack also claims the next element, held for the queue's next take.
     // Shared with other acks, that transaction claims the next element for this queue too.
     // Alone it claims as many as the queue's last prefetches showed are taken (`wants`), or none while
-    // elements are still held (the next takes are served from memory); shared, one.
-    const wanted = prefetch === undefined || !foundAtOnce ? 0 : prefetch.slot.wants()
+    // elements are still held (the next takes are served from memory); shared, one. None for a limited queue.
+    const wanted = prefetch === undefined || !foundAtOnce || prefetch.limited() ? 0 : prefetch.slot.wants()
     if (wanted === 0) return reported(settles, "acking")({ settle: handle.ack })
     // The plain ack is built only when it runs (the handle builds each operation when asked).
     const ack = Effect.suspend(() => handle.ack)

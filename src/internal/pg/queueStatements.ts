@@ -18,6 +18,9 @@ const DUE_BATCH = 1000
  */
 export const queueStatements = (s: string, n: Notifier) => {
   const jobs = `${s}.__alkstore_jobs`
+  // The notification of `w.topic`'s queue when it has limits ($k the channel), as a select-list column.
+  const tellIfLimited = (k: number) =>
+    `(SELECT ${n.tail(k)} FROM ${s}.__alkstore_flow_limits AS l WHERE l.queue = w.topic)::text AS told`
   const columns = jobColumns()
   // What a claim writes, as on SQLite: one CASE per column claims the row, or
   // moves a candidate met expired or with its attempts spent to dead. $1 is now, $2 the worker.
@@ -191,17 +194,22 @@ export const queueStatements = (s: string, n: Notifier) => {
         (SELECT min(claimed_until) FROM ${jobs} WHERE queue = $1 AND state = 'claimed' AND claimed_until > $2::bigint)
       ) AS at`,
     ack: `DELETE FROM ${jobs} WHERE ${fencedRow("$1", "$2")} RETURNING id`,
-    ackMany: `DELETE FROM ${jobs} AS j USING unnest($1::bigint[], $2::bigint[]) AS f(id, token)
-      WHERE j.id = f.id AND j.claim_token = f.token AND (j.state || '') = 'claimed' RETURNING j.id, j.claim_token`,
+    // A death, a cancel and an ack of many free slots of a queue with limits: they tell other processes in the
+    // statement itself (sent on commit), so a caller cut off before the answer leaves no waiter uninformed.
+    ackMany: `WITH w AS (DELETE FROM ${jobs} AS j USING unnest($1::bigint[], $2::bigint[]) AS f(id, token)
+        WHERE j.id = f.id AND j.claim_token = f.token AND (j.state || '') = 'claimed'
+        RETURNING j.id, j.claim_token, j.queue AS topic)
+      SELECT w.id, w.claim_token, ${tellIfLimited(3)} FROM w`,
     retry: `WITH w AS (UPDATE ${jobs}
         SET state = CASE WHEN $1::bigint > $2::bigint THEN 'scheduled' ELSE 'pending' END, run_at = $1::bigint,
           last_error = coalesce($3::text, last_error), claimed_until = NULL, worker_id = NULL
         WHERE ${fencedRow("$4", "$5")} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(6)} FROM w`,
-    bury: `UPDATE ${jobs}
-      SET state = 'dead', died_at = $1::bigint, last_error = coalesce($2::text, last_error), claimed_until = NULL,
-        worker_id = NULL
-      WHERE ${fencedRow("$3", "$4")} RETURNING id`,
+    bury: `WITH w AS (UPDATE ${jobs}
+        SET state = 'dead', died_at = $1::bigint, last_error = coalesce($2::text, last_error), claimed_until = NULL,
+          worker_id = NULL
+        WHERE ${fencedRow("$3", "$4")} RETURNING id, queue AS topic)
+      SELECT w.id, ${tellIfLimited(5)} FROM w`,
     heartbeat: `UPDATE ${jobs} SET claimed_until = $1::bigint
       WHERE ${fencedRow("$2", "$3")} RETURNING id`,
     keepAlive: `UPDATE ${jobs} SET claimed_until = greatest(claimed_until, $1::bigint)
@@ -211,7 +219,8 @@ export const queueStatements = (s: string, n: Notifier) => {
         WHERE ${fencedRow("$1", "$2")} RETURNING id, queue AS topic)
       SELECT w.id, ${n.tail(3)} FROM w`,
     get: `SELECT ${columns} FROM ${jobs} WHERE id = $1::bigint AND queue = $2`,
-    cancel: `DELETE FROM ${jobs} WHERE id = $1::bigint AND queue = $2 AND state <> 'dead' RETURNING id`,
+    cancel: `WITH w AS (DELETE FROM ${jobs} WHERE id = $1::bigint AND queue = $2 AND state <> 'dead' RETURNING id, queue AS topic)
+      SELECT w.id, ${tellIfLimited(3)} FROM w`,
     stats: `SELECT
         (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'pending') AS pending,
         (SELECT count(*) FROM ${jobs} WHERE queue = $1 AND state = 'scheduled' AND run_at <= $2::bigint) AS due_scheduled,

@@ -270,7 +270,7 @@ export const makeQueueStorage = (
     ackMany: (fences) =>
       Effect.map(
         decoded(
-          db.all(sql.ackMany, [fences.map((f) => f.id), fences.map((f) => f.token)]),
+          db.all(sql.ackMany, [fences.map((f) => f.id), fences.map((f) => f.token), ...notifier.params]),
           (row) => `${int(row.id, "id")}:${int(row.claim_token, "claim_token")}`
         ),
         (acked) => {
@@ -281,13 +281,13 @@ export const makeQueueStorage = (
     ackAndClaim,
     retry: (fence, runAt, now, error) =>
       fenced(sql.retry, [runAt, now, error ?? null], fence, notifier.params),
-    bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence),
+    bury: (fence, now, error) => fenced(sql.bury, [now, error ?? null], fence, notifier.params),
     heartbeat: (fence, claimedUntil) => fenced(sql.heartbeat, [claimedUntil], fence),
     keepAlive: (fence, claimedUntil) => fenced(sql.keepAlive, [claimedUntil], fence),
     release: (fence) => fenced(sql.release, [], fence, notifier.params),
     get: (queue, id) =>
       Effect.map(decoded(db.all(sql.get, [id, queue]), toJobRow), (rows) => Option.fromNullable(rows[0])),
-    cancel: (queue, id) => changed(db.all(sql.cancel, [id, queue])),
+    cancel: (queue, id) => changed(db.all(sql.cancel, [id, queue, ...notifier.params])),
     stats: (queue, now) =>
       Effect.map(
         decoded(db.all(sql.stats, [queue, now]), (row): StatsRow => {
