@@ -285,9 +285,10 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     i: 0,
     more: dry && start.dueScheduled.length === EXTRA_PAGE
   }
-  // A dry walk passes over the doomed lapsed claims ahead of a candidate in its group (`doomedAhead`), which
-  // may come anywhere in walk order (a lower priority): it reads them all first (more than a page is rare).
-  if (dry && lapsed.more) {
+  // A walk passes over the doomed lapsed claims ahead of a candidate in its group (`doomedAhead`), which may
+  // come anywhere in walk order (a lower priority): under a group limit it reads them all first (more than a
+  // page is rare), a claim too (one met before its doomed claim ahead, on a later page, waited behind it).
+  if ((dry || lim.groupConcurrency !== null) && lapsed.more) {
     const all = [...lapsed.page]
     while (lapsed.more) {
       const next: ReadonlyArray<Candidate> = yield* call("extra", "lapsed", all[all.length - 1]!)
@@ -333,8 +334,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       if (group?.blocked === true || (group?.waitsFrom !== undefined && !serialBefore(c, group.waitsFrom))) continue
       if (groupLimited) {
         // The doomed lapsed claims ahead of `c` still claimed hold no place: the count of live jobs ahead
-        // passes over them (counted up to the cap plus them, then less them). A dry walk read every lapsed
-        // page; a claim's page holds those not yet met (an earlier page's were met, and buried).
+        // passes over them (counted up to the cap plus them, then less them; every lapsed page was read).
         const skip = lim.groupConcurrency !== null ? doomedAhead(lapsed.page, c, buried) : 0
         const cap = lim.groupConcurrency === null ? null : lim.groupConcurrency + skip
         let ahead: number | undefined

@@ -33,8 +33,9 @@ const checkInput = (options: {
 }
 
 /**
- * `@effect/experimental`'s `RateLimiterStore` over the store's tables: one
- * statement per take, atomic across processes (and, on PostgreSQL, hosts),
+ * `@effect/experimental`'s `RateLimiterStore` over the store's tables: a
+ * take is one upsert (in a transaction where it must wait for its key:
+ * the engines' rateLimiterStorage.ts), atomic across processes (and, on PostgreSQL, hosts),
  * with time from the fiber's `Clock` (on PostgreSQL by default the host
  * clock aligned with the server's, so hosts agree), read once the take holds
  * its key: a take that waited for another's is judged when it is made.
