@@ -18,10 +18,11 @@
 import * as RateLimiter from "@effect/experimental/RateLimiter"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { type Context, DateTime, Deferred, Effect, Either, Fiber, Layer, Option, TestClock } from "effect"
-import { EffectStores, Locks } from "../src/index.js"
+import { type Context, DateTime, Deferred, Effect, Either, Fiber, Layer, Metric, Option, TestClock } from "effect"
+import { EffectStores, Locks, Queues, Telemetry } from "../src/index.js"
 import { type EngineUnderTest, engines, freshFile, sqliteFromClient } from "./contract/harness.js"
 import type { StoreServices } from "./contract/support.js"
+import { freshQueue } from "./contract/telemetry.js"
 
 type Services = StoreServices | RateLimiter.RateLimiter | RateLimiter.RateLimiterStore
 type Ctx = Context.Context<Services>
@@ -149,5 +150,28 @@ for (const engine of engines.filter((e) => e !== sqliteFromClient)) {
         // B holds the lock from t = 12 s for its ttl, so A is refused; observed: B Some({ leftMillis: -2000 }), A Some(...)
         expect({ b: view(b), a: Option.isSome(a) }).toEqual({ b: Option.some({ leftMillis: 10_000 }), a: false })
       }))
+
+    // docs/observability.md, Metrics: "`alkstore.queue.wait_ms` | histogram | from due … to claim". A claim that
+    // waited for SQLite's write lock is judged once it holds it (at 9 s here), so it takes a job that fell due
+    // during the wait (at 5 s); its wait was counted from the time read before the wait (0 s): -5000 ms. Counted
+    // from the time the claim returned, it is 4000 ms. (SQLite's store: the claim PostgreSQL makes for an
+    // unlimited queue skips locked rows and never waits for them.)
+    if (engine.name === "sqlite (SqliteStore.layer)") {
+      it.scoped("a claim that waited while its job fell due counts no negative wait", () =>
+        Effect.gen(function*() {
+          const { inA, inB } = yield* twoStores(engine, "neg-wait")
+          const name = freshQueue("neg-wait")
+          const queueIn = Effect.flatMap(Queues.Queues, (queues) => queues.queue(name))
+          yield* inA(Effect.flatMap(queueIn, (q) => q.enqueue({ n: 1 }, { delay: "5 seconds" })))
+          const rival = yield* rivalHolding(inA, `UPDATE __alkstore_jobs SET priority = priority WHERE queue = '${name}'`)
+          const late = yield* Effect.fork(inB(Effect.flatMap(queueIn, (q) => q.claim("B")))) // asked at t = 0
+          yield* realSleep(300)
+          yield* TestClock.adjust("9 seconds")
+          yield* rival.commit
+          expect(Option.isSome(yield* Fiber.join(late))).toBe(true) // judged at t = 9 s, the job due since 5 s
+          const wait = yield* Metric.value(Metric.tagged(Telemetry.metrics.wait, "queue", name))
+          expect({ count: wait.count, min: wait.min }).toEqual({ count: 1, min: 4_000 })
+        }))
+    }
   })
 }

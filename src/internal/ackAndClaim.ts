@@ -19,17 +19,15 @@ export const makeAckAndClaim = <A>(
   m: QueueMetrics,
   toHandles: (
     rows: ReadonlyArray<JobRow>,
-    at: number,
     current: number
   ) => Effect.Effect<{ readonly handles: ReadonlyArray<ClaimHandle<A>> }, SqlError>
 ) =>
 (handle: ClaimHandle<A>, workerId: string, n: number): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> =>
   Effect.withFiberRuntime((fiber) => {
     const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
-    const at = clock.unsafeCurrentTimeMillis()
     const claimed = ({ acked, rows }: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }) => {
       if (acked) m.acked(1)
-      return Effect.map(toHandles(rows, at, clock.unsafeCurrentTimeMillis()), ({ handles }) => handles)
+      return Effect.map(toHandles(rows, clock.unsafeCurrentTimeMillis()), ({ handles }) => handles)
     }
     if (storage.ackAndClaimNow !== undefined) {
       let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined

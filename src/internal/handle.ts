@@ -346,8 +346,8 @@ export const makeHandles = <A>(
    * the candidates a claim met dead are only counted. A row that fails its
    * Schema goes to dead with the decode error.
    *
-   * A claim stamps its lease from the instant it read the clock (`at`),
-   * before it waited for the write lock (a busy SQLite file, a pool
+   * A claim stamps its lease from the instant it read the clock, which may
+   * be before it waited for the write lock (a busy SQLite file, a pool
    * connection): that wait came off the lease, and a long one left a handle
    * whose job another worker could take at once. So no claim is handed out
    * with less than half its visibility timeout left: such a row is renewed
@@ -357,13 +357,12 @@ export const makeHandles = <A>(
    */
   const toHandles = (
     rows: ReadonlyArray<JobRow>,
-    at: number,
     /** The clock's time after the claim returned. */
     current: number
   ): Effect.Effect<{ handles: Array<ClaimHandle<A>>; buried: number; lost: number }, SqlError> => {
     const isStale = (row: JobRow) =>
       row.state === "claimed" && row.claimed_until !== null && row.claimed_until - current < row.visibility_timeout / 2
-    if (!rows.some(isStale)) return handlesOf(rows, at, 0)
+    if (!rows.some(isStale)) return handlesOf(rows, current, 0)
     return Effect.flatMap(
       Effect.forEach(rows.filter(isStale), (row) => {
         const until = current + row.visibility_timeout
@@ -377,11 +376,15 @@ export const makeHandles = <A>(
           if (until === undefined) kept.push(row)
           else if (until !== null) kept.push({ ...row, claimed_until: until })
         }
-        return handlesOf(kept, at, rows.length - kept.length)
+        return handlesOf(kept, current, rows.length - kept.length)
       }
     )
   }
 
+  /**
+   * `at`: the time after the claim returned — no earlier than the instant the claim was judged at (read
+   * under its lock, after any wait), so a job that fell due during the wait never counts a negative wait.
+   */
   const handlesOf = (rows: ReadonlyArray<JobRow>, at: number, lost: number) => {
     const handles: Array<ClaimHandle<A>> = []
     const undecodable: Array<[JobRow, InvalidPayload]> = []

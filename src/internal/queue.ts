@@ -103,10 +103,8 @@ export const makeQueue = <A>(
       const round = (
         collected: ReadonlyArray<ClaimHandle<A>>
       ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> => {
-        const clock = clockOf(fiber)
-        const at = clock.unsafeCurrentTimeMillis()
-        return storage.claim(name, workerId, clock, n - collected.length).pipe(
-          Effect.flatMap((rows) => toHandles(rows, at, nowOf(fiber))),
+        return storage.claim(name, workerId, clockOf(fiber), n - collected.length).pipe(
+          Effect.flatMap((rows) => toHandles(rows, nowOf(fiber))),
           Effect.flatMap(({ buried, handles, lost }) => {
             const all = collected.length === 0 ? handles : [...collected, ...handles]
             return buried + lost > 0 && all.length < n ? round(all) : Effect.succeed(all)

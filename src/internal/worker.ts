@@ -27,7 +27,6 @@ export interface WorkerParts<A> {
   readonly processSpan: { readonly name: string; readonly attributes: Record<string, unknown> }
   readonly toHandles: (
     rows: ReadonlyArray<JobRow>,
-    at: number,
     current: number
   ) => Effect.Effect<{ readonly handles: ReadonlyArray<ClaimHandle<A>> }, SqlError>
   /** Waits for and claims up to `n` jobs, the wait interruptible through `restore`. */
@@ -49,8 +48,8 @@ export const makeProcess = <A>(
   { engine, metrics: m, name, processSpan, takeUpTo, toHandles }: WorkerParts<A>
 ): Q.Queue<A>["process"] => {
   const storage = engine.queues
-  const nextOfRows = (rows: ReadonlyArray<JobRow>, at: number, current: number) =>
-    Effect.map(toHandles(rows, at, current), ({ handles }) => Option.fromNullable(handles[0]))
+  const nextOfRows = (rows: ReadonlyArray<JobRow>, current: number) =>
+    Effect.map(toHandles(rows, current), ({ handles }) => Option.fromNullable(handles[0]))
 
   // A worker's step between two jobs: in place where the engine can (one effect), else as effects.
   // When it claims nothing, `onEmpty` gets the wake hub's generation from before it and its time,
@@ -67,7 +66,7 @@ export const makeProcess = <A>(
       const generation = engine.wake.generation(name)
       const nextOf = (rows: ReadonlyArray<JobRow>, at: number) => {
         if (rows.length === 0) onEmpty({ generation, at })
-        return nextOfRows(rows, at, nowOf(fiber))
+        return nextOfRows(rows, nowOf(fiber))
       }
       if (storage.ackAndClaimNow !== undefined) {
         let result: { readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> } | undefined
