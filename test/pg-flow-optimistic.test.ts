@@ -13,7 +13,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Clock, Deferred, Effect, Fiber, Layer, Option } from "effect"
-import type { FlowOutcome } from "../src/internal/flow.js"
+import type { FlowOutcome } from "../src/internal/flowOps.js"
 import { makeFlowMemory } from "../src/internal/flowMemory.js"
 import type { PgExecutor } from "../src/internal/pg/executor.js"
 import { makeExecutor } from "../src/internal/pg/executor.js"

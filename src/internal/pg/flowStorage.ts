@@ -1,20 +1,18 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { type Clock, Effect, Option } from "effect"
 import type { Fence, FlowStorage, JobRow } from "../engine.js"
+import { dueScheduledToRead, firstPageSize, flowWalk } from "../flow.js"
 import {
   type Candidate,
   type ClaimWrites,
-  dueScheduledToRead,
-  firstPageSize,
   type FlowEffectOps,
   type FlowMode,
   type FlowOutcome,
-  flowWalk,
   type GroupStart,
   type LimitsRow,
   runEffect,
   type Start
-} from "../flow.js"
+} from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
 import type { ResolvedLimits } from "../options.js"
 import type { Param, PgExecutor, Row } from "./executor.js"

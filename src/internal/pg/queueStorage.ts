@@ -13,7 +13,7 @@ import {
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
-import type { FlowOutcome } from "../flow.js"
+import type { FlowOutcome } from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
 import { queueStatements } from "./queueStatements.js"
 

@@ -1,6 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import type { FlowStorage, JobRow } from "../engine.js"
+import { flowWalk } from "../flow.js"
 import {
   type Call,
   type Candidate,
@@ -8,11 +9,10 @@ import {
   type FlowMode,
   type FlowOps,
   type FlowOutcome,
-  flowWalk,
   type GroupStart,
   type LimitsRow,
   runEffect
-} from "../flow.js"
+} from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
 import type { ResolvedLimits } from "../options.js"
 import type { DirectConnection, Executor, Param } from "./executor.js"
