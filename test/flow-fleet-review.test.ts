@@ -13,8 +13,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { type Context, Deferred, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { type Context, Effect, Fiber, Layer, Option, TestClock } from "effect"
 import { type EngineUnderTest, engines, freshFile, sqliteFromClient } from "./contract/harness.js"
+import { realSleep, rivalHolding } from "./contract/rival.js"
 import { eventually, mustClaim, queueOf, setLimits, settle, type StoreServices } from "./contract/support.js"
 
 type Ctx = Context.Context<StoreServices>
@@ -37,33 +38,6 @@ const holdLimitsRow = (engine: EngineUnderTest, name: string) =>
     ? `SELECT queue FROM __alkstore_flow_limits WHERE queue = '${name}' FOR UPDATE`
     : `UPDATE __alkstore_flow_limits SET queue = queue WHERE queue = '${name}'`
 
-/**
- * A transaction of store A that holds `holdLimitsRow` until `go`, then runs `inside` (in the same transaction)
- * and commits.
- */
-const rivalHolding = <X>(
-  engine: EngineUnderTest,
-  inA: <Y, E>(e: Effect.Effect<Y, E, StoreServices>) => Effect.Effect<Y, E>,
-  name: string,
-  inside: Effect.Effect<X, unknown, StoreServices>
-) =>
-  Effect.gen(function*() {
-    const holding = yield* Deferred.make<void>()
-    const go = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(inA(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      return yield* sql.withTransaction(Effect.gen(function*() {
-        yield* sql.unsafe(holdLimitsRow(engine, name))
-        yield* Deferred.succeed(holding, undefined)
-        yield* Deferred.await(go)
-        return yield* inside
-      }))
-    })))
-    yield* Deferred.await(holding)
-    return { commit: Effect.zipRight(Deferred.succeed(go, undefined), Fiber.join(fiber)) }
-  })
-
-const realSleep = (ms: number) => Effect.promise(() => new Promise<void>((r) => setTimeout(r, ms)))
 
 // SqliteStore.layerFromClient is left out: its one test below cannot run there (see that test's comment).
 for (const engine of engines.filter((e) => e !== sqliteFromClient)) {
@@ -95,7 +69,7 @@ for (const engine of engines.filter((e) => e !== sqliteFromClient)) {
           yield* settleBoth
           expect(Option.isNone(yield* Fiber.poll(taker))).toBe(true) // held back until t = 10 s
           // A claims "b" at the reopening, in a transaction that holds the limits row from before it.
-          const rival = yield* rivalHolding(engine, inA, name, mustClaim(yield* inA(queueOf(name, { visibilityTimeout: "1 hour" })), "A"))
+          const rival = yield* rivalHolding(inA, holdLimitsRow(engine, name), mustClaim(yield* inA(queueOf(name, { visibilityTimeout: "1 hour" })), "A"))
           yield* TestClock.adjust("10 seconds") // B wakes: its probe finds "b" claimable, its claim waits for the row
           yield* realSleep(300)
           expect((yield* rival.commit).job.payload).toBe("b") // A wins the place; B's claim takes nothing
@@ -132,7 +106,7 @@ for (const engine of engines.filter((e) => e !== sqliteFromClient)) {
             const q = yield* queueOf(name, { visibilityTimeout: "1 hour" })
             yield* q.enqueueBatch(["a", "b", "c", "d"])
           }))
-          const rival = yield* rivalHolding(engine, inA, name, Effect.void)
+          const rival = yield* rivalHolding(inA, holdLimitsRow(engine, name), Effect.void)
           const late = yield* Effect.fork(inB(Effect.flatMap(queueOf(name, { visibilityTimeout: "1 hour" }), (q) => q.claim("B"))))
           yield* realSleep(300)
           yield* TestClock.adjust("9 seconds")

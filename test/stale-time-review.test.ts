@@ -16,11 +16,11 @@
  * heartbeat's lease end (from the time asked for); PersistedQueue take and the outbox (claims, fixed already).
  */
 import * as RateLimiter from "@effect/experimental/RateLimiter"
-import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { type Context, DateTime, Deferred, Effect, Either, Fiber, Layer, Metric, Option, TestClock } from "effect"
+import { type Context, DateTime, Effect, Either, Fiber, Layer, Metric, Option, TestClock } from "effect"
 import { EffectStores, Locks, Queues, Telemetry } from "../src/index.js"
 import { type EngineUnderTest, engines, freshFile, sqliteFromClient } from "./contract/harness.js"
+import { realSleep, rivalHolding } from "./contract/rival.js"
 import type { StoreServices } from "./contract/support.js"
 import { freshQueue } from "./contract/telemetry.js"
 
@@ -43,30 +43,6 @@ const twoStores = (engine: EngineUnderTest, label: string) =>
     return { inA, inB }
   })
 
-/**
- * A transaction of store A that runs `hold` (taking the write lock on SQLite, a row lock on PostgreSQL) and keeps
- * it open until `commit`.
- */
-const rivalHolding = (
-  inA: <Y, E>(e: Effect.Effect<Y, E, Services>) => Effect.Effect<Y, E>,
-  hold: string
-) =>
-  Effect.gen(function*() {
-    const holding = yield* Deferred.make<void>()
-    const go = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(inA(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      return yield* sql.withTransaction(Effect.gen(function*() {
-        yield* sql.unsafe(hold)
-        yield* Deferred.succeed(holding, undefined)
-        yield* Deferred.await(go)
-      }))
-    })))
-    yield* Deferred.await(holding)
-    return { commit: Effect.zipRight(Deferred.succeed(go, undefined), Fiber.join(fiber)) }
-  })
-
-const realSleep = (ms: number) => Effect.promise(() => new Promise<void>((r) => setTimeout(r, ms)))
 
 const consume = (algorithm: "fixed-window" | "token-bucket") =>
   Effect.flatMap(RateLimiter.RateLimiter, (limiter) =>
