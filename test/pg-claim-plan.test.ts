@@ -79,7 +79,7 @@ describe("PostgreSQL claim plan", () => {
       for (const generic of [false, true]) {
         checkPlan(yield* explain(sql.ack, [id, token], generic), pkey, 1)
         checkPlan(yield* explain(sql.heartbeat, [now + 60_000, id, token], generic), pkey, 1)
-        checkPlan(yield* explain(sql.bury, [now, "x", id, token], generic), pkey, 1)
+        checkPlan(yield* explain(sql.bury, [now, "x", id, token, channel], generic), pkey, 1)
         checkPlan(yield* explain(sql.retry, [now + 60_000, now, "x", id, token, channel], generic), pkey, 1)
         checkPlan(yield* explain(sql.release, [id, token, channel], generic), pkey, 1)
         checkPlan(yield* explain(sql.ackAndClaim, [now, "w", "fenced", 1, id, token], generic), pkey, 1)

@@ -42,7 +42,7 @@ describe("PostgreSQL plans follow the size of the tables they read", () => {
       const checked: Record<string, readonly [string, string]> = {
         claimOne: [sql.claimOne, `(${now}, 'w', 'burst', 1)`],
         claim: [sql.claim, `(${now}, 'w', 'burst', 100)`],
-        ackMany: [sql.ackMany, `('{${ids}}', '{${ids}}')`]
+        ackMany: [sql.ackMany, `('{${ids}}', '{${ids}}', '${makeNotifier(schema).channel}')`]
       }
       const namesOf = (text: string) =>
         Effect.map(
