@@ -111,9 +111,12 @@ export const makeWakeHub = (): WakeHub => {
    * goes to the next waiter of the topic, which would otherwise sleep on
    * with the work there until its deadline or fallback poll.
    */
+  const handOn = (topic: string, reason: WakeReason) => {
+    if (failure === undefined) wake(topic, 1, reason)
+  }
   const passOn = (topic: string, taken: OwnTicket) => {
     const reason = taken.woken()
-    if (reason !== undefined && failure === undefined) wake(topic, 1, reason)
+    if (reason !== undefined) handOn(topic, reason)
   }
 
   const ticket = (topic: string): OwnTicket => {
@@ -183,9 +186,7 @@ export const makeWakeHub = (): WakeHub => {
     onWaiting: (listener) => {
       listeners.push(listener)
     },
-    handOn: (topic, reason) => {
-      if (failure === undefined) wake(topic, 1, reason)
-    },
+    handOn,
     generation: (topic) => everyTopic + (generations.get(topic) ?? 0)
   }
 }

@@ -29,7 +29,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { fc } from "@fast-check/vitest"
 import { Clock, DateTime, Duration, Effect, Option, TestClock, TestContext } from "effect"
 import { Admin, Queues } from "../../src/index.js"
-import { type EngineUnderTest, engines } from "../contract/harness.js"
+import type { EngineUnderTest } from "../contract/harness.js"
+import { onEveryEngine } from "./differential.js"
 import { fcParams } from "./settings.js"
 
 const visibilityMs = 2_000
@@ -452,12 +453,7 @@ const assertRules = (name: string, ops: ReadonlyArray<Op>, run: Run) => {
 }
 const show = (j: JobView) => `${j.p} (${JSON.stringify(j)})`
 
-const check = async (ops: ReadonlyArray<Op>) => {
-  const runs: Array<readonly [string, Run]> = []
-  for (const engine of engines) runs.push([engine.name, await runOn(engine, ops)])
-  for (const [name, run] of runs) assertRules(name, ops, run)
-  assertSameTraces(ops, runs)
-}
+const check = onEveryEngine({ runOn, assertRules, assertSameTraces })
 
 const seed = 20261202
 

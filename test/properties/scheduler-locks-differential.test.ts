@@ -43,8 +43,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { fc } from "@fast-check/vitest"
 import { Cause, Clock, DateTime, Duration, Effect, Exit, Fiber, Option, TestContext } from "effect"
 import { Admin, Locks, Queues, Scheduler } from "../../src/index.js"
-import { type EngineUnderTest, engines } from "../contract/harness.js"
+import type { EngineUnderTest } from "../contract/harness.js"
 import { advance, settle } from "../contract/support.js"
+import { onEveryEngine } from "./differential.js"
 import { fcParams } from "./settings.js"
 
 const QUEUE = "fired"
@@ -568,12 +569,7 @@ const assertRules = (name: string, ops: ReadonlyArray<Op>, run: Run) => {
   }
 }
 
-const check = async (ops: ReadonlyArray<Op>) => {
-  const runs: Array<readonly [string, Run]> = []
-  for (const engine of engines) runs.push([engine.name, await runOn(engine, ops)])
-  for (const [name, run] of runs) assertRules(name, ops, run)
-  assertSameTraces(ops, runs)
-}
+const check = onEveryEngine({ runOn, assertRules, assertSameTraces })
 
 const seed = 20261203
 
