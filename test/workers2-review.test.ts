@@ -70,17 +70,19 @@ for (const engine of engines) {
         const b = yield* Effect.provide(queueOf("quick", { visibilityTimeout: "1 hour" }), ctx)
         const gate = yield* Deferred.make<void>()
         const aStarted = yield* Deferred.make<void>()
+        const bFirstStarted = yield* Deferred.make<void>()
         let bFinished = 0
         let bStarted = 0
         yield* Effect.forkDaemon(Effect.provide(a.process("a", () =>
           Effect.uninterruptible(Effect.zipRight(Deferred.succeed(aStarted, undefined), Deferred.await(gate)))), ctx))
         yield* settle
         yield* Effect.forkDaemon(Effect.provide(b.process("b", () =>
-          Effect.zipRight(Effect.sync(() => bStarted++), Effect.zipRight(Effect.sleep("10 seconds"), Effect.sync(() => bFinished++)))), ctx))
+          Effect.zipRight(Effect.zipRight(Effect.sync(() => bStarted++), Deferred.succeed(bFirstStarted, undefined)), Effect.zipRight(Effect.sleep("10 seconds"), Effect.sync(() => bFinished++)))), ctx))
         yield* Effect.provide(a.enqueue({ n: 1 }), ctx)
         const bId = yield* Effect.provide(b.enqueue({ n: 1 }), ctx)
+        // awaited, not settled: on PostgreSQL the claim is a round trip over the network
         yield* Deferred.await(aStarted)
-        yield* settle
+        yield* Deferred.await(bFirstStarted)
         expect(bStarted).toBe(1)
         const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
         yield* settle
