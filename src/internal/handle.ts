@@ -363,21 +363,44 @@ export const makeHandles = <A>(
     const isStale = (row: JobRow) =>
       row.state === "claimed" && row.claimed_until !== null && row.claimed_until - current < row.visibility_timeout / 2
     if (!rows.some(isStale)) return handlesOf(rows, current, 0)
-    return Effect.flatMap(
-      Effect.forEach(rows.filter(isStale), (row) => {
-        const until = current + row.visibility_timeout
-        return Effect.map(storage.heartbeat({ id: row.id, token: row.claim_token }, until), (kept) => [row, kept ? until : null] as const)
-      }),
-      (renewals) => {
-        const renewed = new Map(renewals)
-        const kept: Array<JobRow> = []
-        for (const row of rows) {
-          const until = renewed.get(row)
-          if (until === undefined) kept.push(row)
-          else if (until !== null) kept.push({ ...row, claimed_until: until })
+    return Effect.onError(
+      Effect.flatMap(
+        Effect.forEach(rows.filter(isStale), (row) => {
+          const until = current + row.visibility_timeout
+          return Effect.map(storage.heartbeat({ id: row.id, token: row.claim_token }, until), (kept) => [row, kept ? until : null] as const)
+        }),
+        (renewals) => {
+          const renewed = new Map(renewals)
+          const kept: Array<JobRow> = []
+          for (const row of rows) {
+            const until = renewed.get(row)
+            if (until === undefined) kept.push(row)
+            else if (until !== null) kept.push({ ...row, claimed_until: until })
+          }
+          return handlesOf(kept, current, rows.length - kept.length)
         }
-        return handlesOf(kept, current, rows.length - kept.length)
-      }
+      ),
+      () => giveBack(rows, current)
+    )
+  }
+
+  /**
+   * The claims of `rows` given back (pending again, the attempt returned) when a step after the claim
+   * failed — a renewal, or the burial of an undecodable row — so the call's error leaves no job claimed
+   * without a handle (docs/guarantees.md). Best effort: a give-back that fails too (the store is down, or
+   * the application's transaction is aborted and will roll the claim back) is logged, and those claims
+   * return when their lease lapses.
+   */
+  const giveBack = (rows: ReadonlyArray<JobRow>, at: number) => {
+    const claimed = rows.filter((row) => row.state === "claimed")
+    if (claimed.length === 0) return Effect.void
+    return Effect.forEach(claimed, (row) =>
+      Effect.flatMap(storage.release({ id: row.id, token: row.claim_token }, at), (released) => (released ? signal(1) : Effect.void)), {
+      discard: true
+    }).pipe(
+      Effect.catchAll((error) =>
+        Effect.logWarning(`alkstore: giving back ${claimed.length} claims of ${queueName} after a failed claim failed; they return when their lease lapses`, error)
+      )
     )
   }
 
@@ -404,14 +427,19 @@ export const makeHandles = <A>(
       if (row.lapsed === true) m.leaseLapse()
       handles.push(new Handle(row, payload))
     }
-    if (handles.length > 0) m.claimed(handles.length)
-    if (undecodable.length === 0) return Effect.succeed({ handles, buried: 0, lost })
+    if (undecodable.length === 0) {
+      if (handles.length > 0) m.claimed(handles.length)
+      return Effect.succeed({ handles, buried: 0, lost })
+    }
+    // A burial that fails gives back every claim of `rows` (renewed ones included: the same tokens).
     return Effect.as(
-      Effect.forEach(undecodable, ([row, error]) =>
+      Effect.onError(Effect.forEach(undecodable, ([row, error]) =>
         // The decode error's text may quote the payload (a NUL, a lone surrogate): stored as every error text is.
         Effect.map(storage.bury({ id: row.id, token: row.claim_token }, at, storableText(error.reason)), (buried) => {
           if (buried) m.dead(1)
-        })),
+        })).pipe(Effect.tap(() => {
+          if (handles.length > 0) m.claimed(handles.length)
+        })), () => giveBack(rows, at)),
       { handles, buried: undecodable.length, lost }
     )
   }

@@ -103,13 +103,16 @@ export const makeQueue = <A>(
       const round = (
         collected: ReadonlyArray<ClaimHandle<A>>
       ): Effect.Effect<ReadonlyArray<ClaimHandle<A>>, SqlError> => {
-        return storage.claim(name, workerId, clockOf(fiber), n - collected.length).pipe(
+        const claimed = storage.claim(name, workerId, clockOf(fiber), n - collected.length).pipe(
           Effect.flatMap((rows) => toHandles(rows, nowOf(fiber))),
           Effect.flatMap(({ buried, handles, lost }) => {
             const all = collected.length === 0 ? handles : [...collected, ...handles]
             return buried + lost > 0 && all.length < n ? round(all) : Effect.succeed(all)
           })
         )
+        // A later round that fails gives back what the earlier ones claimed: the call's error leaves no job
+        // claimed without a handle (docs/guarantees.md).
+        return collected.length === 0 ? claimed : Effect.onError(claimed, () => releaseUnhanded(collected))
       }
       return round([])
     })

@@ -17,6 +17,8 @@ import type { FlowMemory } from "../flowMemory.js"
 import type { ResolvedLimits } from "../options.js"
 import type { Param, PgExecutor, Row } from "./executor.js"
 import { flowStatements } from "./flowStatements.js"
+import { givingBackOnError } from "./giveBack.js"
+import { queueStatements } from "./queueStatements.js"
 import type { Notifier } from "./notify.js"
 import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 
@@ -111,6 +113,7 @@ export interface PgFlow {
 
 export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifier, memory: FlowMemory): PgFlow => {
   const sql = flowStatements(schema)
+  const release = queueStatements(schema, notifier).release
   const rows = <A>(text: string, params: ReadonlyArray<Param>, decode: (row: Row) => A) => decoded(db.all(text, params), decode)
   const count = (text: string, params: ReadonlyArray<Param>) =>
     Effect.map(rows(text, params, (r) => int(r.n, "n")), (r) => r[0] ?? 0)
@@ -340,7 +343,9 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
       exec(sql.lockRow, [queue]),
       Effect.suspend(() => walk<never>(queue, workerId, clock.unsafeCurrentTimeMillis(), n - done.rows.length, "claim", "locked"))
     )
-    return Effect.catchIf(optimistic, (e): e is FlowConflict => e instanceof FlowConflict, () =>
+    // A failure after the optimistic walk's own statements committed claims gives those back (the locked
+    // walk's are in its transaction).
+    return givingBackOnError(db, release, notifier.params, () => done.rows, Effect.catchIf(optimistic, (e): e is FlowConflict => e instanceof FlowConflict, () =>
       Effect.map(
         db.transaction(locked),
         (outcome): FlowOutcome => {
@@ -359,7 +364,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
             reopenAt: outcome.reopenAt
           }
         }
-      )) as Effect.Effect<FlowOutcome, SqlError>
+      ))) as Effect.Effect<FlowOutcome, SqlError>
   }
 
   const freed = (queue: string) => exec(sql.notify, [notifier.channel, queue])

@@ -15,6 +15,7 @@ import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
 import type { FlowOutcome } from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
+import { givingBackOnError } from "./giveBack.js"
 import { queueStatements } from "./queueStatements.js"
 
 /** A claimed row, marked when it was taken from a lapsed lease. */
@@ -56,21 +57,28 @@ export const makeQueueStorage = (
     Effect.map(decoded(rows, (row) => int(row.n, "count")), (r) => r[0] ?? 0)
 
   // A live job holding the key wins, unless it has expired (swept, then insert again); if it
-  // settles between the statements, insert again.
-  const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> =>
-    Effect.gen(function*() {
+  // settles between the statements, insert again. The common case is the first statement alone; when the
+  // key is held, the sweep and what follows it are one transaction, so an enqueue that fails after the
+  // sweep leaves the holder as it was (docs/guarantees.md).
+  const insertKeyed = (job: NewJob): Effect.Effect<number, SqlError> => {
+    const params = [...newJobValues(job), ...notifier.params]
+    const takeOver = Effect.gen(function*() {
+      const swept: Array<unknown> = []
       while (true) {
-        const inserted = yield* ids(db.all(sql.insertKeyed, [...newJobValues(job), ...notifier.params]))
-        if (inserted.length > 0) return inserted[0]!
-        const swept = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
-        if (swept.length > 0) {
-          buried(job.queue, swept.map((row) => row.last_error))
-          continue
-        }
+        const expired = yield* db.all(sql.expireKeyHolder, [job.createdAt, job.queue, job.key ?? null])
+        for (const row of expired) swept.push(row.last_error)
+        const inserted = yield* ids(db.all(sql.insertKeyed, params))
+        if (inserted.length > 0) return { id: inserted[0]!, swept }
         const live = yield* ids(db.all(sql.liveKey, [job.queue, job.key ?? null]))
-        if (live.length > 0) return live[0]!
+        if (live.length > 0) return { id: live[0]!, swept }
       }
     })
+    return Effect.flatMap(ids(db.all(sql.insertKeyed, params)), (inserted) =>
+      inserted.length > 0 ? Effect.succeed(inserted[0]!) : Effect.map(db.transaction(takeOver), ({ id, swept }) => {
+        if (swept.length > 0) buried(job.queue, swept)
+        return id
+      }))
+  }
 
   // The enqueue's hot path: the id decoded in the statement's one continuation (no rows array, no
   // `Effect.try` and `map` layers of `ids`), the parameters in one array.
@@ -163,10 +171,11 @@ export const makeQueueStorage = (
     clock: Clock.Clock,
     limit: number,
     first?: ReadonlyArray<JobRow>
-  ): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
-    Effect.gen(function*() {
+  ): Effect.Effect<ReadonlyArray<JobRow>, SqlError> => {
+    const claimed: Array<JobRow> = []
+    // A later round that fails gives back what the earlier rounds claimed (each round commits on its own).
+    return givingBackOnError(db, sql.release, notifier.params, () => claimed, Effect.gen(function*() {
       const now = clock.unsafeCurrentTimeMillis()
-      const claimed: Array<JobRow> = []
       const died: Array<JobRow> = []
       // Claimed by the flow walk, when a round found the queue limited meanwhile (in the walk's order).
       let walked: ReadonlyArray<JobRow> = []
@@ -195,7 +204,8 @@ export const makeQueueStorage = (
       if (claimed.length > 1) claimed.sort(claimOrder)
       // Candidates met dead come after the claims (for the metrics; they are not claims).
       return died.length === 0 && walked.length === 0 ? claimed : [...claimed, ...walked, ...died]
-    })
+    }))
+  }
 
   // Flow control: the walk (optimistic, or in a transaction of its own on the limits row: flowStorage.ts).
   const limitedClaim = (queue: string, workerId: string, clock: Clock.Clock, limit: number): Effect.Effect<ReadonlyArray<JobRow>, SqlError> =>
