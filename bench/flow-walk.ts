@@ -7,7 +7,8 @@
  *   tsx bench/flow-walk.ts
  */
 import type { DirectConnection } from "../src/internal/sqlite/executor.js"
-import { flowWalk, type FlowOps } from "../src/internal/flow.js"
+import { flowWalk } from "../src/internal/flow.js"
+import type { FlowOps } from "../src/internal/flowOps.js"
 import { flowWalkNow, readinessNow } from "../src/internal/sqlite/flowStorage.js"
 
 const N = 200_000

@@ -7,6 +7,7 @@
  */
 import type { Cell, Sample, Spread, WakeSample } from "./report.js"
 import { fmtMs, fmtOps, fmtRange, fmtRatio, fmtSpread, percentile, pooledLatencies, spread } from "./report.js"
+import { CONTRACT_FLOOR, EFFECT_FLOOR } from "./waking-outside.js"
 import type { WakeId, WakeSide } from "./waking.js"
 import type { WorkloadId } from "./workloads.js"
 
@@ -30,6 +31,24 @@ const pairedOps = (samples: ReadonlyArray<Sample>, w: WorkloadId, a: string, b: 
     if (s.workload !== w || s.contender !== a || !s.ok) continue
     const o = samples.find((x) => x.workload === w && x.contender === b && x.ok && x.round === s.round)
     if (o) ratios.push(s.opsPerSec / o.opsPerSec)
+  }
+  return spread(ratios)
+}
+
+/**
+ * Per round: the p50 of diagnostic series `what` of `id`'s alkstore child over raw's p50 in the same round
+ * (`over: "alkstore"`: alkstore's own latencies over the series instead).
+ */
+const pairedSeries = (samples: ReadonlyArray<WakeSample>, id: WakeId, what: string, over: "raw" | "alkstore"): Spread | undefined => {
+  const ratios: Array<number> = []
+  for (const s of samples) {
+    if (s.id !== id || s.side !== "alkstore" || !s.ok) continue
+    const series = s.result?.series?.[what]
+    const raw = samples.find((r) => r.id === id && r.side === "raw" && r.ok && r.round === s.round)?.result?.latenciesMs
+    const own = s.result?.latenciesMs
+    if (series === undefined || series.length === 0) continue
+    if (over === "raw" && raw && raw.length > 0) ratios.push(percentile(series, 50) / percentile(raw, 50))
+    if (over === "alkstore" && own && own.length > 0) ratios.push(percentile(own, 50) / percentile(series, 50))
   }
   return spread(ratios)
 }
@@ -66,6 +85,33 @@ export const issue14Rows = (
   const opsText = (c: Cell | undefined) => (c?.throughput ? `${fmtOps(c.throughput.median)}/s` : c?.na ? "n/a" : "—")
 
   wakeRow("wake-outside", "enqueue→handler, same process, enqueue outside the worker's fiber", 50, 1.5)
+  // The floors measured in the same child (waking-outside.ts): the cheapest Effect worker over raw's table,
+  // and the same over the store's own statements and schema (the contract floor).
+  for (const [what, title] of [[EFFECT_FLOOR, "the Effect floor (raw's statements)"], [CONTRACT_FLOOR, "the contract floor (the store's statements)"]] as const) {
+    const r = pairedSeries(wakeSamples, "wake-outside", what, "raw")
+    const xs = wakeSamples.filter((s) => s.id === "wake-outside" && s.side === "alkstore" && s.ok).flatMap((s) => s.result?.series?.[what] ?? [])
+    rows.push([
+      `  (info) the same path at ${title}, in the same child: p50`,
+      xs.length > 0 ? fmtMs(percentile(xs, 50)) : "—",
+      lat("wake-outside", "raw", 50),
+      "—",
+      fmtSpread(r, fmtRatio, "×"),
+      fmtRange(r, fmtRatio),
+      "—",
+      r === undefined ? "not measured" : r.median > 1.5 ? "above 1.5× raw: the p50 target is out of reach for it" : "—"
+    ])
+  }
+  const overFloor = pairedSeries(wakeSamples, "wake-outside", CONTRACT_FLOOR, "alkstore")
+  rows.push([
+    "  (info) alkstore ÷ the contract floor, p50 (the library's own code on that path)",
+    "—",
+    "—",
+    "—",
+    fmtSpread(overFloor, fmtRatio, "×"),
+    fmtRange(overFloor, fmtRatio),
+    "—",
+    "—"
+  ])
   wakeRow("wake-outside", "enqueue→handler, same process, enqueue outside the worker's fiber", 99, 2)
 
   // Each throughput row twice: in the bench's fresh process (cold: most of its jobs run before V8 has

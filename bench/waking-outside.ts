@@ -27,12 +27,14 @@ import {
   openAlkstore,
   openPlainjob,
   openRaw,
+  QUEUE,
   rawDrain,
   rawPoller,
   sleep,
   type WakeResult,
   type WakeSettings,
-  type WakeSide
+  type WakeSide,
+  WORKER
 } from "./waking-support.js"
 
 const SETTLE_MS = 200
@@ -122,10 +124,12 @@ const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> =>
     const of = (form: number) => timed.filter((x) => x.n % 2 === form)
     const lat = (xs: ReadonlyArray<Sample>) => xs.map((x) => a.handlerAt.get(x.n)! - x.t0)
     const floor = await effectFloor(file, s)
+    const contract = await contractFloor(file, s)
     return {
       latenciesMs: latencies(samples, a.handlerAt, s.warmup),
       series: {
-        "Effect floor: runSync(Effect.sync(raw INSERT + complete a Deferred)) → a fiber awaiting it claims with raw SQL": floor,
+        [EFFECT_FLOOR]: floor,
+        [CONTRACT_FLOOR]: contract,
         "runSync(enqueue) → handler": lat(of(0)),
         "runPromise(enqueue) → handler": lat(of(1)),
         "runSync(enqueue) call alone": of(0).map((x) => x.t1 - x.t0),
@@ -172,6 +176,89 @@ const effectFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray
     await rt.runPromise(Fiber.interrupt(worker))
     await rt.dispose()
     raw.db.close()
+    for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
+  }
+}
+
+/** The name of the Effect floor's series (the issue-14 report reads it). */
+export const EFFECT_FLOOR = "Effect floor: runSync(Effect.sync(raw INSERT + complete a Deferred)) → a fiber awaiting it claims with raw SQL"
+
+/** The name of the contract floor's series (the issue-14 report reads it). */
+export const CONTRACT_FLOOR =
+  "contract floor: the Effect floor running the store's own statements (its INSERT; its readiness read and claim) on its own schema"
+
+/**
+ * The Effect floor with the contract's SQL: the same shape as `effectFloor`
+ * (one `runSync` of an `Effect.sync` that inserts and completes a `Deferred`,
+ * a fiber awaiting it that claims), but the statements are the store's own,
+ * prepared once on a file the store migrated: its `INSERT` (the row the
+ * contract stores: priority, run time, attempts, lease, expiry, key, trace
+ * context, group, and flow control's round subquery), and its claim path
+ * (the readiness read, then the claim `UPDATE … RETURNING` of a pending job).
+ * No validation, no wake hub, no handles: what an Effect worker over this
+ * contract's rows pays at least, so alkstore's distance to it is the
+ * library's own code.
+ */
+const contractFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray<number>> => {
+  const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
+  const { sql, claimSql, readinessSql } = await import("../src/internal/sqlite/queueStatements.js")
+  const { insertValues } = await import("../src/internal/sqlite/jobInsert.js")
+  const { jobOf } = await import("../src/internal/options.js")
+  const floorFile = `${file}-contract-floor.db`
+  const migrated = await openAlkstore(floorFile) // the store's schema, migrations and pragmas
+  await migrated.rt.dispose()
+  const { default: Database } = await import("better-sqlite3")
+  const db = new Database(floorFile)
+  db.pragma("journal_mode = WAL")
+  db.pragma("synchronous = NORMAL")
+  db.pragma("temp_store = MEMORY")
+  const insert = db.prepare(sql.insert)
+  const readiness = db.prepare(readinessSql.text)
+  const claim = db.prepare(claimSql.pending.text)
+  const ack = db.prepare("DELETE FROM __alkstore_jobs WHERE id = ?")
+  const options = {
+    priority: 0,
+    runAt: 0,
+    maxAttempts: 3,
+    visibilityTimeoutMillis: 30_000,
+    backoffBaseMillis: 1_000,
+    expiresAt: undefined,
+    key: undefined,
+    group: ""
+  }
+  const rt = ManagedRuntime.make(Layer.empty)
+  const f = arrivals(s.sampleTimeoutMs)
+  let signal = Deferred.unsafeMake<void>(FiberId.none)
+  const drain = () => {
+    for (;;) {
+      const now = Date.now()
+      readiness.get(readinessSql.bind([QUEUE, now]))
+      const row = claim.get(claimSql.pending.bind([now, WORKER, QUEUE, 1])) as { id: number; payload: string } | undefined
+      if (row === undefined) return
+      f.seen((JSON.parse(row.payload) as { n: number }).n, clock()) // the handler's first line
+      ack.run(row.id)
+    }
+  }
+  const worker = rt.runFork(Effect.forever(Effect.zipRight(
+    Effect.suspend(() => Deferred.await(signal)),
+    Effect.sync(() => {
+      signal = Deferred.unsafeMake<void>(FiberId.none)
+      drain()
+    })
+  )))
+  try {
+    const { samples } = await paced(s, s.warmup + Math.min(200, s.samples), (n) => {
+      rt.runSync(Effect.sync(() => {
+        const now = Date.now()
+        insert.run(insertValues(jobOf(QUEUE, { ...options, runAt: now }, JSON.stringify({ n }), now, undefined)))
+        Deferred.unsafeDone(signal, Exit.void)
+      }))
+    }, f.waitFor)
+    return latencies(samples, f.handlerAt, s.warmup)
+  } finally {
+    await rt.runPromise(Fiber.interrupt(worker))
+    await rt.dispose()
+    db.close()
     for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
   }
 }
