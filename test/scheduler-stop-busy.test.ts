@@ -122,7 +122,7 @@ describe("an interruption seen just as BEGIN succeeds", () => {
       } as unknown as Connection
       const begun = yield* Deferred.make<void>()
       const transaction = makeImmediateTransaction({
-        acquire: Effect.succeed([Effect.sync(() => log.push("release")), conn] as const),
+        acquire: () => Effect.succeed([Effect.asVoid(Effect.sync(() => log.push("release"))), conn] as const),
         // The BEGIN succeeds, then (still inside the interruptible wait) the fiber is interrupted.
         retryBusy: (effect) => Effect.zipLeft(effect, Effect.zipRight(Deferred.succeed(begun, undefined), Effect.sleep("1 second"))),
         owns: (c) => c === conn

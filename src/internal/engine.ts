@@ -181,7 +181,9 @@ export interface QueueStorage {
    * Whether an interruption can land after a claim's statement committed and
    * before its rows are handed over (an asynchronous driver: PostgreSQL, an
    * application's client). The store's own SQLite connection runs a claim and
-   * hands its rows over in one synchronous call: nothing to guard there.
+   * hands its rows over in one synchronous call; the Effect steps that make
+   * the handles after it are as few as those that return them to the caller,
+   * a window no guard inside the call can close (docs/decisions.md).
    */
   readonly claimsCanBeCutOff: boolean
   /**
@@ -274,11 +276,10 @@ export interface LockStorage {
   /**
    * Ends `owner`'s tenure of `name`, whatever its token: for an owner used by
    * one acquire alone (a `withLock`'s) whose answer an interruption may have
-   * cut off after its statement committed. Present where that can happen
-   * (PostgreSQL: the answer travels the network); elsewhere an acquire and its
-   * answer are one synchronous call.
+   * cut off after its statement committed — on the wire (PostgreSQL), or in
+   * the Effect steps between a synchronous statement and its handle (SQLite).
    */
-  readonly releaseOwner?: (name: string, owner: string, now: number) => Effect.Effect<boolean, SqlError>
+  readonly releaseOwner: (name: string, owner: string, now: number) => Effect.Effect<boolean, SqlError>
 }
 
 /** A registered schedule as storage keeps it. */

@@ -8,7 +8,7 @@ import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
-import { givingBack } from "./patience.js"
+import { givingBack, writeAndTell } from "./patience.js"
 import { inTransaction } from "./transactionOwner.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
@@ -212,10 +212,15 @@ export const makeHandles = <A>(
       return Effect.void
     })
   const freeing = (done: boolean) => (done ? freed : Effect.void)
+  // A settle and the wake it owes in one step on SQLite, where nothing else tells this process's waiters
+  // (an interruption between them left a take held back by a limit asleep). PostgreSQL's statements carry
+  // their NOTIFY, and a settle there stays interruptible while its answer is on the wire.
+  const settleAndTell = <X, E>(effect: Effect.Effect<X, E>): Effect.Effect<X, E> =>
+    storage.claimsWaitOnServer ? effect : writeAndTell(effect)
   const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
-    Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
-      buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing))
+    settleAndTell(Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
+      buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing)))
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
@@ -258,16 +263,16 @@ export const makeHandles = <A>(
       return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
     }
     get ack() {
-      const acked = Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void))
+      const acked = settleAndTell(Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void)))
       return this.settling(
         traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
         (ok) => (ok ? "acked" : "lost")
       )
     }
     get release() {
-      const released = Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
+      const released = settleAndTell(Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
         Effect.tap((released) => (released ? signal(1) : Effect.void))
-      )
+      ))
       return this.settling(
         traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
         (ok) => (ok ? "released" : "lost")
@@ -286,11 +291,8 @@ export const makeHandles = <A>(
         }
         const at = yield* now
         const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-        const retried = yield* storage.retry(fence, runAt, at, text)
-        if (retried) {
-          yield* countOnCommit(() => m.retried())
-          yield* signal(1)
-        }
+        const retried = yield* settleAndTell(Effect.tap(storage.retry(fence, runAt, at, text), (retried) =>
+          retried ? Effect.zipRight(countOnCommit(() => m.retried()), signal(1)) : Effect.void))
         return retried ? "retried" as const : "lost" as const
       }), (outcome, span) => span.attribute(attr.outcome, outcome), spanOptions))
     }

@@ -3,6 +3,7 @@ import type * as Q from "../Queues.js"
 import { fromChecked } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { validateName } from "./names.js"
+import { writeAndTell } from "./patience.js"
 import { checkLimits, ownOptions, readingOptions, type ResolvedLimits } from "./options.js"
 import { attr, traced } from "./telemetry.js"
 
@@ -19,7 +20,8 @@ const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
 /**
  * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
  * wakes the queue's waiters on commit (a raised or removed limit may admit
- * work at once); the claims in flight keep their slots. Their spans go
+ * work at once), in the same step as its write (`writeAndTell`); the claims
+ * in flight keep their slots. Their spans go
  * through `traced` (telemetry.ts), as every queue operation's.
  */
 export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits" | "limits" | "clearLimits"> => ({
@@ -29,10 +31,12 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
       const read = yield* fromChecked(ownOptions(limits)) // read once: a throwing getter is InvalidOptions
       const resolved = yield* fromChecked(readingOptions(() => checkLimits(read as Parameters<typeof checkLimits>[0])))
       const now = yield* Clock.currentTimeMillis
-      yield* engine.flow.set(name, resolved, now)
-      engine.flow.memory.saw(name, true)
-      yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
-      yield* engine.flow.freed(name)
+      yield* writeAndTell(Effect.gen(function*() {
+        yield* engine.flow.set(name, resolved, now)
+        engine.flow.memory.saw(name, true)
+        yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
+        yield* engine.flow.freed(name)
+      }))
     })),
   limits: (name) =>
     traced(
@@ -44,13 +48,9 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
   clearLimits: (name) =>
     traced("alkstore.queue.clear_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
       yield* validateName(name)
-      const cleared = yield* engine.flow.clear(name)
       // The memory of limits is not cleared here: a clear rolled back with the application's transaction
       // would leave the queue limited and its acks waking nobody held back. The next claim learns they are gone.
-      if (cleared) {
-        yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
-        yield* engine.flow.freed(name)
-      }
-      return cleared
+      return yield* writeAndTell(Effect.tap(engine.flow.clear(name), (cleared) =>
+        cleared ? Effect.zipRight(signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER), engine.flow.freed(name)) : Effect.void))
     }), (cleared, span) => span.attribute(attr.outcome, cleared ? "cleared" : "absent"))
 })

@@ -189,27 +189,27 @@ const letGo = (name: string, handle: L.LockHandle, stopped: boolean) => {
 }
 
 /**
- * `acquiring`, and, where its answer can be cut off after its statement
- * committed (`releaseOwner`: PostgreSQL), an interruption that ends it gives
- * back whatever `owner` — used by this one acquire alone — may hold by now.
- * So a `withLock` stopped while its acquire's answer is on the wire leaves
- * no lock behind, and one stopped while its acquire waits on a row another
- * transaction holds stops at once (the statement is cancelled, and the
- * release, matching no tenure of this owner, waits on nothing).
+ * Gives back whatever `owner` — used by one `withLock`'s acquire alone — may
+ * hold by now, after an interruption ended that `withLock` before its handle
+ * was taken: the acquire's answer can be cut off after its statement
+ * committed (on the wire on PostgreSQL; in the steps between a synchronous
+ * statement and its handle on SQLite). So a `withLock` stopped during its
+ * acquire leaves no lock behind, and one stopped while its acquire waits on a
+ * row another transaction holds stops at once (the statement is cancelled,
+ * and the release, matching no tenure of this owner, waits on nothing).
  */
-const cutOffGivenBack = <A, E, R>(storage: LockStorage, name: string, owner: string, acquiring: Effect.Effect<A, E, R>) => {
-  const releaseOwner = storage.releaseOwner
-  if (releaseOwner === undefined) return acquiring
-  return Effect.onInterrupt(acquiring, () =>
-    givingBack(
-      Effect.flatMap(Clock.currentTimeMillis, (now) => releaseOwner(name, owner, now)).pipe(
-        Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
-        Effect.asVoid
-      ),
-      undefined,
-      `lock ${name}`
-    ))
-}
+const ownerGivenBack = (storage: LockStorage, name: string, owner: string) =>
+  givingBack(
+    // A read first: an acquire stopped while it waited out a busy SQLite file wrote nothing, and a write
+    // there would wait out the same busy file (a read in WAL mode does not).
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.flatMap(storage.held(name, now), (held) => (held ? storage.releaseOwner(name, owner, now) : Effect.succeed(false)))).pipe(
+      Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
+      Effect.asVoid
+    ),
+    undefined,
+    `lock ${name}`
+  )
 
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
@@ -236,12 +236,11 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       // The acquire stays interruptible (as `acquire`'s, and the scheduler's lease): one waiting on a
       // busy file or on a row another transaction holds has written nothing, and a stop must not wait
       // for that transaction. The release is in place before the acquire starts, so a lock once handed
-      // over is always given back, and one whose answer an interruption cut off on the wire is given
-      // back by its owner (`cutOffGivenBack`); only one taken in the steps between its write and its
-      // handle is left to lapse with its TTL, as after `acquire`.
+      // over is always given back, and one whose answer an interruption cut off (on the wire, or in the
+      // steps between its write and its handle) is given back by its owner (`ownerGivenBack`).
       let taken: L.LockHandle | undefined
       const acquired = Effect.flatMap(
-        cutOffGivenBack(storage, name, owner, acquireLock(storage, name, owner, ttlMillis)),
+        acquireLock(storage, name, owner, ttlMillis),
         Option.match({ onNone: () => Effect.fail(new LockUnavailable({ name })), onSome: Effect.succeed })
       )
       return yield* Effect.flatMap(acquired, (handle) => {
@@ -253,7 +252,13 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
             Effect.flatMap(stillHeld(handle, ttlMillis), (held) => held ? Effect.void : Effect.fail(new LockLost({ name })))),
           keepRenewed(handle, ttlMillis)
         )
-      }).pipe(Effect.onExit((exit) => (taken === undefined ? Effect.void : letGo(name, taken, Exit.isInterrupted(exit)))))
+      }).pipe(Effect.onExit((exit) =>
+        taken !== undefined
+          ? letGo(name, taken, Exit.isInterrupted(exit))
+          : Exit.isInterrupted(exit)
+          ? ownerGivenBack(storage, name, owner)
+          : Effect.void
+      ))
     }).pipe((effect) => traced("alkstore.lock.with_lock", () => ({ [attr.lock]: name }), effect))
 
   // A body still running when the store closes is stopped then, and its lock released (lifetime.ts).

@@ -95,3 +95,13 @@ export const writeFreeWait = <A, E, R>(
   restore: <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
 ): Effect.Effect<A, E, R> =>
   Effect.flatMap(FiberRef.get(busyWaitsInterruptible), (anywhere) => anywhere ? Effect.interruptible(wait) : restore(wait))
+
+/**
+ * A write and the wakes it owes, as one step an interruption cannot split: a
+ * write that committed always tells its waiters (a stop landing between the
+ * two left a waiter held back by a limit asleep with work claimable). Only
+ * the waits before the write (a busy file, the connection) still end at an
+ * interruption, having written nothing.
+ */
+export const writeAndTell = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.uninterruptible(Effect.locally(effect, busyWaitsInterruptible, true))

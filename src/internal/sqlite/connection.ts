@@ -178,14 +178,14 @@ export const makeOwnedConnection = (
     // connection) has it; the fast path runs statements at once when it is free.
     const gate = makeGate()
     const acquirer = Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(gate.take), (release) => Effect.as(release, connection))
+      Effect.flatMap(gate.take(restore), (release) => Effect.as(release, connection))
     )
     const transactionAcquirer = Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(gate.take), (release) => Effect.as(Effect.addFinalizer(() => release), connection))
+      Effect.flatMap(gate.take(restore), (release) => Effect.as(Effect.addFinalizer(() => release), connection))
     )
 
     const transaction = makeImmediateTransaction({
-      acquire: Effect.map(gate.take, (release) => [release, connection] as const),
+      acquire: (wait) => Effect.map(gate.take(wait), (release) => [release, connection] as const),
       // BEGIN and COMMIT run outside the body's context, so `run` already retries them.
       retryBusy: (effect) => effect,
       owns: (conn) => conn === connection,

@@ -170,7 +170,7 @@ export const fromOwnedConnection = (options: {
   }
   const waiting = <A>(body: (conn: DirectConnection) => A) =>
     retryBusy(Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(writeFreeWait(gate.take, restore), (release) =>
+      Effect.flatMap(gate.take((wait) => writeFreeWait(wait, restore)), (release) =>
         Effect.ensuring(Effect.suspend(() => attempt(body, outermost)), release))
     ))
   const directNow = <A>(context: Context.Context<never>, body: (conn: DirectConnection) => A): A | typeof notNow => {
@@ -239,13 +239,23 @@ export const fromClient = (
     const sql = client.withoutTransforms()
     const known = new WeakSet<Connection>()
     const owns = (conn: Connection) => known.has(conn)
-    const acquire = Effect.flatMap(Scope.make(), (scope) =>
-      Effect.map(Scope.extend(sql.reserve, scope), (conn) => {
-        known.add(conn)
-        return [Scope.close(scope, Exit.void), conn] as const
-      }))
+    // Run in an uninterruptible region, only the wait for the connection inside `wait`: the scope that holds
+    // it is made before the wait and closed if the wait ends in failure or interruption (a reserve stopped
+    // between getting the connection and returning it kept it for good: every statement of the client waited).
+    const acquire = (
+      wait: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+    ): Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError> =>
+      Effect.flatMap(Scope.make(), (scope) =>
+        Effect.flatMap(
+          Effect.exit(wait(Scope.extend(sql.reserve, scope))),
+          (reserved): Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError> => {
+            if (Exit.isFailure(reserved)) return Effect.zipRight(Scope.close(scope, reserved), Effect.failCause(reserved.cause))
+            known.add(reserved.value)
+            return Effect.succeed([Scope.close(scope, Exit.void), reserved.value] as const)
+          }
+        ))
     // Learns the client's connection before anybody's transaction can be open on it.
-    yield* Effect.flatMap(acquire, ([release]) => release)
+    yield* Effect.uninterruptible(Effect.flatMap(acquire(identity), ([release]) => release))
     // SQLite may end a transaction by itself after an error in it (transaction.ts); the application's
     // driver does not say whether its connection is still inside one. So after a failure inside a joined
     // transaction the store asks with a `BEGIN` (refused inside a transaction, rolled back at once

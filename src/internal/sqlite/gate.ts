@@ -9,8 +9,16 @@ import { Deferred, Effect, Exit, FiberId } from "effect"
 export interface Gate {
   /** Whether somebody holds the gate now. */
   readonly held: () => boolean
-  /** Takes the gate, waiting (interruptibly) in FIFO order; yields its release. */
-  readonly take: Effect.Effect<Effect.Effect<void>>
+  /**
+   * Takes the gate, waiting in FIFO order; yields its release. Run it in an
+   * uninterruptible region: only its wait runs inside `wait` (the caller's
+   * `restore`, where the caller may be stopped), so a gate taken always
+   * reaches the caller, and a wait stopped leaves the queue or, handed the
+   * gate meanwhile, passes it on. (A take interruptible throughout could be
+   * stopped between taking the gate and returning its release: the gate
+   * would stay held for good, and every statement on the connection wait.)
+   */
+  readonly take: (wait: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) => Effect.Effect<Effect.Effect<void>>
   /** Takes the gate now if it is free, returning its (synchronous) release. */
   readonly tryTake: () => (() => void) | undefined
 }
@@ -25,28 +33,25 @@ export const makeGate = (): Gate => {
     else locked = false
   }
   const release: Effect.Effect<void> = Effect.sync(releaseNow)
-  const take: Effect.Effect<Effect.Effect<void>> = Effect.suspend(() => {
-    if (!locked) {
-      locked = true
-      return Effect.succeed(release)
-    }
-    const turn = Deferred.unsafeMake<void>(FiberId.none)
-    waiters.push(turn)
-    return Deferred.await(turn).pipe(
-      Effect.as(release),
-      Effect.onInterrupt(() =>
-        Effect.suspend(() => {
-          const index = waiters.indexOf(turn)
-          if (index >= 0) {
-            waiters.splice(index, 1)
-            return Effect.void
-          }
-          // Interrupted after the gate was handed over: pass it on.
-          return release
-        })
-      )
-    )
-  })
+  const take: Gate["take"] = (wait) =>
+    Effect.suspend(() => {
+      if (!locked) {
+        locked = true
+        return Effect.succeed(release)
+      }
+      const turn = Deferred.unsafeMake<void>(FiberId.none)
+      waiters.push(turn)
+      return Effect.flatMap(Effect.exit(wait(Deferred.await(turn))), (waited) => {
+        if (Exit.isSuccess(waited)) return Effect.succeed(release)
+        const index = waiters.indexOf(turn)
+        if (index >= 0) {
+          waiters.splice(index, 1)
+          return Effect.failCause(waited.cause)
+        }
+        // Stopped after the gate was handed over: pass it on.
+        return Effect.zipRight(release, Effect.failCause(waited.cause))
+      })
+    })
   const tryTake = () => {
     if (locked) return undefined
     locked = true

@@ -26,6 +26,8 @@ const sql = {
     WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
   release: `UPDATE __alkstore_locks SET expires_at = 0
     WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
+  // Whatever the token: a `withLock`'s owner, used by its one acquire alone (locks.ts `cutOffGivenBack`).
+  releaseOwner: `UPDATE __alkstore_locks SET expires_at = 0 WHERE name = ? AND owner = ? AND expires_at > ?`,
   holds: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND owner = ? AND token = ? AND expires_at > ?`,
   held: `SELECT 1 FROM __alkstore_locks WHERE name = ? AND expires_at > ?`
 } as const
@@ -40,6 +42,7 @@ export const makeLockStorage = (db: Executor): LockStorage => ({
     Effect.map(db.run(sql.renew, [expiresAt, name, owner, token, now]), (result) => result.changes > 0),
   release: (name, owner, token, now) =>
     Effect.map(db.run(sql.release, [name, owner, token, now]), (result) => result.changes > 0),
+  releaseOwner: (name, owner, now) => Effect.map(db.run(sql.releaseOwner, [name, owner, now]), (result) => result.changes > 0),
   holds: (name, owner, token, now) =>
     Effect.map(db.all(sql.holds, [name, owner, token, now]), (rows) => rows.length > 0),
   held: (name, now) => Effect.map(db.all(sql.held, [name, now]), (rows) => rows.length > 0)

@@ -96,8 +96,13 @@ const beginFailed = (error: SqlError): SqlError =>
  * COMMIT or ROLLBACK after it always runs.
  */
 export const makeImmediateTransaction = (options: {
-  /** Takes the connection exclusively; the effect returned releases it. */
-  readonly acquire: Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError>
+  /**
+   * Takes the connection exclusively; the effect returned releases it. Run uninterruptibly, with only the
+   * wait for the connection inside `wait`, so a connection taken always reaches its release.
+   */
+  readonly acquire: (
+    wait: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  ) => Effect.Effect<readonly [release: Effect.Effect<void>, conn: Connection], SqlError>
   readonly retryBusy: <A>(effect: Effect.Effect<A, SqlError>) => Effect.Effect<A, SqlError>
   /** Whether a transaction open on `conn` is the store's to join (see `transactionOwner.ts`). */
   readonly owns: OwnsConnection
@@ -199,7 +204,7 @@ export const makeImmediateTransaction = (options: {
         releaseNow()
         if (!direct.isBusy(begun)) return Effect.fail(begun)
       }
-      return Effect.flatMap(writeFreeWait(options.acquire, restore), ([release, conn]) => {
+      return Effect.flatMap(options.acquire((wait) => writeFreeWait(wait, restore)), ([release, conn]) => {
         const hooks: Array<() => void> = []
         const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
           Context.add(CommitHooks, hooks)
