@@ -8,7 +8,7 @@ import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
-import { givingBack, writeAndTell } from "./patience.js"
+import { givingBack, tellingIfCut } from "./patience.js"
 import { inTransaction } from "./transactionOwner.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
@@ -212,15 +212,15 @@ export const makeHandles = <A>(
       return Effect.void
     })
   const freeing = (done: boolean) => (done ? freed : Effect.void)
-  // A settle and the wake it owes in one step on SQLite, where nothing else tells this process's waiters
-  // (an interruption between them left a take held back by a limit asleep). PostgreSQL's statements carry
-  // their NOTIFY, and a settle there stays interruptible while its answer is on the wire.
-  const settleAndTell = <X, E>(effect: Effect.Effect<X, E>): Effect.Effect<X, E> =>
-    storage.claimsWaitOnServer ? effect : writeAndTell(effect)
+  // A settle whose wake an interruption cut off after its write tells this process's waiters anyway
+  // (patience.ts `tellingIfCut`): `freed` for what an ack or a death frees, a signal for a job back in line.
   const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
-    settleAndTell(Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
-      buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing)))
+    tellingIfCut(
+      Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
+        buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing)),
+      freed
+    )
 
   class Handle implements ClaimHandle<A> {
     readonly fence: Fence
@@ -263,16 +263,19 @@ export const makeHandles = <A>(
       return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
     }
     get ack() {
-      const acked = settleAndTell(Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void)))
+      const acked = tellingIfCut(Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void)), freed)
       return this.settling(
         traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
         (ok) => (ok ? "acked" : "lost")
       )
     }
     get release() {
-      const released = settleAndTell(Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
-        Effect.tap((released) => (released ? signal(1) : Effect.void))
-      ))
+      const released = tellingIfCut(
+        Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
+          Effect.tap((released) => (released ? signal(1) : Effect.void))
+        ),
+        signal(1)
+      )
       return this.settling(
         traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
         (ok) => (ok ? "released" : "lost")
@@ -291,8 +294,11 @@ export const makeHandles = <A>(
         }
         const at = yield* now
         const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-        const retried = yield* settleAndTell(Effect.tap(storage.retry(fence, runAt, at, text), (retried) =>
-          retried ? Effect.zipRight(countOnCommit(() => m.retried()), signal(1)) : Effect.void))
+        const retried = yield* tellingIfCut(
+          Effect.tap(storage.retry(fence, runAt, at, text), (retried) =>
+            retried ? Effect.zipRight(countOnCommit(() => m.retried()), signal(1)) : Effect.void),
+          signal(1)
+        )
         return retried ? "retried" as const : "lost" as const
       }), (outcome, span) => span.attribute(attr.outcome, outcome), spanOptions))
     }

@@ -3,7 +3,7 @@ import type * as Q from "../Queues.js"
 import { fromChecked } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { validateName } from "./names.js"
-import { writeAndTell } from "./patience.js"
+import { tellingIfCut } from "./patience.js"
 import { checkLimits, ownOptions, readingOptions, type ResolvedLimits } from "./options.js"
 import { attr, traced } from "./telemetry.js"
 
@@ -20,10 +20,18 @@ const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
 /**
  * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
  * wakes the queue's waiters on commit (a raised or removed limit may admit
- * work at once), in the same step as its write (`writeAndTell`); the claims
- * in flight keep their slots. Their spans go
+ * work at once) — also when an interruption cut it off after its write
+ * (`tellingIfCut`); the claims in flight keep their slots. Their spans go
  * through `traced` (telemetry.ts), as every queue operation's.
  */
+/** A limit change's wake of this process's waiters of `name` (on commit). */
+const wakeHere = (engine: EngineShape, name: string) => signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
+/**
+ * And of other processes' (PostgreSQL's NOTIFY; SQLite's commits tell by themselves). A change cut off by an
+ * interruption wakes only this process's: a statement in a stop could wait on a pool held by the application.
+ */
+const wakeAll = (engine: EngineShape, name: string) => Effect.zipRight(wakeHere(engine, name), engine.flow.freed(name))
+
 export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits" | "limits" | "clearLimits"> => ({
   setLimits: (name, limits) =>
     traced("alkstore.queue.set_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
@@ -31,12 +39,14 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
       const read = yield* fromChecked(ownOptions(limits)) // read once: a throwing getter is InvalidOptions
       const resolved = yield* fromChecked(readingOptions(() => checkLimits(read as Parameters<typeof checkLimits>[0])))
       const now = yield* Clock.currentTimeMillis
-      yield* writeAndTell(Effect.gen(function*() {
-        yield* engine.flow.set(name, resolved, now)
-        engine.flow.memory.saw(name, true)
-        yield* signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
-        yield* engine.flow.freed(name)
-      }))
+      yield* tellingIfCut(
+        Effect.gen(function*() {
+          yield* engine.flow.set(name, resolved, now)
+          engine.flow.memory.saw(name, true)
+          yield* wakeAll(engine, name)
+        }),
+        wakeHere(engine, name)
+      )
     })),
   limits: (name) =>
     traced(
@@ -50,7 +60,9 @@ export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits"
       yield* validateName(name)
       // The memory of limits is not cleared here: a clear rolled back with the application's transaction
       // would leave the queue limited and its acks waking nobody held back. The next claim learns they are gone.
-      return yield* writeAndTell(Effect.tap(engine.flow.clear(name), (cleared) =>
-        cleared ? Effect.zipRight(signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER), engine.flow.freed(name)) : Effect.void))
+      return yield* tellingIfCut(
+        Effect.tap(engine.flow.clear(name), (cleared) => (cleared ? wakeAll(engine, name) : Effect.void)),
+        wakeHere(engine, name)
+      )
     }), (cleared, span) => span.attribute(attr.outcome, cleared ? "cleared" : "absent"))
 })

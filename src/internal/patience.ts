@@ -1,4 +1,4 @@
-import { Effect, Fiber, FiberRef } from "effect"
+import { Cause, Effect, Exit, Fiber, FiberRef } from "effect"
 import { inTransactionOf } from "./transactionOwner.js"
 
 /**
@@ -97,11 +97,12 @@ export const writeFreeWait = <A, E, R>(
   Effect.flatMap(FiberRef.get(busyWaitsInterruptible), (anywhere) => anywhere ? Effect.interruptible(wait) : restore(wait))
 
 /**
- * A write and the wakes it owes, as one step an interruption cannot split: a
- * write that committed always tells its waiters (a stop landing between the
- * two left a waiter held back by a limit asleep with work claimable). Only
- * the waits before the write (a busy file, the connection) still end at an
- * interruption, having written nothing.
+ * `write`, and `onCut` when an interruption ended it: the write may have
+ * committed before the interruption was seen, and the wake it owed (a step
+ * of `write` after its statement) was skipped — a waiter held back by a
+ * limit then slept with work claimable. A wake too many only costs a waiter
+ * a read. Nothing about the write's own interruptibility changes (its waits
+ * stay as the caller's region makes them).
  */
-export const writeAndTell = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.uninterruptible(Effect.locally(effect, busyWaitsInterruptible, true))
+export const tellingIfCut = <A, E, R>(write: Effect.Effect<A, E, R>, onCut: Effect.Effect<void, unknown>): Effect.Effect<A, E, R> =>
+  Effect.onExit(write, (exit) => (Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.ignore(onCut) : Effect.void))
