@@ -7,7 +7,7 @@
  */
 import type { Cell, Sample, Spread, WakeSample } from "./report.js"
 import { fmtMs, fmtOps, fmtRange, fmtRatio, fmtSpread, percentile, pooledLatencies, spread } from "./report.js"
-import { CONTRACT_FLOOR, EFFECT_FLOOR } from "./waking-outside.js"
+import { CONTRACT_FLOOR, CONTRACT_FLOOR_CLAIM_ONLY, EFFECT_FLOOR } from "./waking-outside.js"
 import type { WakeId, WakeSide } from "./waking.js"
 import type { WorkloadId } from "./workloads.js"
 
@@ -87,7 +87,13 @@ export const issue14Rows = (
   wakeRow("wake-outside", "enqueue→handler, same process, enqueue outside the worker's fiber", 50, 1.5)
   // The floors measured in the same child (waking-outside.ts): the cheapest Effect worker over raw's table,
   // and the same over the store's own statements and schema (the contract floor).
-  for (const [what, title] of [[EFFECT_FLOOR, "the Effect floor (raw's statements)"], [CONTRACT_FLOOR, "the contract floor (the store's statements)"]] as const) {
+  for (
+    const [what, title] of [
+      [EFFECT_FLOOR, "the Effect floor (raw's statements)"],
+      [CONTRACT_FLOOR, "the contract floor (the store's statements)"],
+      [CONTRACT_FLOOR_CLAIM_ONLY, "the contract floor without its readiness read"]
+    ] as const
+  ) {
     const r = pairedSeries(wakeSamples, "wake-outside", what, "raw")
     const xs = wakeSamples.filter((s) => s.id === "wake-outside" && s.side === "alkstore" && s.ok).flatMap((s) => s.result?.series?.[what] ?? [])
     rows.push([

@@ -125,11 +125,13 @@ const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> =>
     const lat = (xs: ReadonlyArray<Sample>) => xs.map((x) => a.handlerAt.get(x.n)! - x.t0)
     const floor = await effectFloor(file, s)
     const contract = await contractFloor(file, s)
+    const claimOnly = await contractFloor(file, s, false)
     return {
       latenciesMs: latencies(samples, a.handlerAt, s.warmup),
       series: {
         [EFFECT_FLOOR]: floor,
         [CONTRACT_FLOOR]: contract,
+        [CONTRACT_FLOOR_CLAIM_ONLY]: claimOnly,
         "runSync(enqueue) → handler": lat(of(0)),
         "runPromise(enqueue) → handler": lat(of(1)),
         "runSync(enqueue) call alone": of(0).map((x) => x.t1 - x.t0),
@@ -187,6 +189,10 @@ export const EFFECT_FLOOR = "Effect floor: runSync(Effect.sync(raw INSERT + comp
 export const CONTRACT_FLOOR =
   "contract floor: the Effect floor running the store's own statements (its INSERT; its readiness read and claim) on its own schema"
 
+/** The same without the readiness read before the claim (its claim statement alone). */
+export const CONTRACT_FLOOR_CLAIM_ONLY =
+  "contract floor without the readiness read: the store's INSERT, then its claim statement alone"
+
 /**
  * The Effect floor with the contract's SQL: the same shape as `effectFloor`
  * (one `runSync` of an `Effect.sync` that inserts and completes a `Deferred`,
@@ -197,14 +203,16 @@ export const CONTRACT_FLOOR =
  * (the readiness read, then the claim `UPDATE … RETURNING` of a pending job).
  * No validation, no wake hub, no handles: what an Effect worker over this
  * contract's rows pays at least, so alkstore's distance to it is the
- * library's own code.
+ * library's own code. `readFirst: false` leaves the readiness read out (the
+ * claim statement alone, as a design folding that read into the claim
+ * might), to show the floor does not rest on it.
  */
-const contractFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray<number>> => {
+const contractFloor = async (file: string, s: WakeSettings, readFirst = true): Promise<ReadonlyArray<number>> => {
   const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
   const { sql, claimSql, readinessSql } = await import("../src/internal/sqlite/queueStatements.js")
   const { insertValues } = await import("../src/internal/sqlite/jobInsert.js")
   const { jobOf } = await import("../src/internal/options.js")
-  const floorFile = `${file}-contract-floor.db`
+  const floorFile = `${file}-contract-floor${readFirst ? "" : "-claim-only"}.db`
   const migrated = await openAlkstore(floorFile) // the store's schema, migrations and pragmas
   await migrated.rt.dispose()
   const { default: Database } = await import("better-sqlite3")
@@ -232,7 +240,7 @@ const contractFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArr
   const drain = () => {
     for (;;) {
       const now = Date.now()
-      readiness.get(readinessSql.bind([QUEUE, now]))
+      if (readFirst) readiness.get(readinessSql.bind([QUEUE, now]))
       const row = claim.get(claimSql.pending.bind([now, WORKER, QUEUE, 1])) as { id: number; payload: string } | undefined
       if (row === undefined) return
       f.seen((JSON.parse(row.payload) as { n: number }).n, clock()) // the handler's first line
