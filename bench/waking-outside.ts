@@ -153,9 +153,28 @@ const alkOutside = async (file: string, s: WakeSettings): Promise<WakeResult> =>
  * raw statement. What any library with an Effect worker pays at least.
  */
 const effectFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray<number>> => {
-  const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
   const floorFile = `${file}-effect-floor.db`
   const raw = await openRaw(floorFile, true)
+  try {
+    return await effectShaped(s, (n) => void raw.enqueue(n), (seen) => rawDrain(raw, seen))
+  } finally {
+    raw.db.close()
+    for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
+  }
+}
+
+/**
+ * The Effect shape both floors share: one `runSync` of an `Effect.sync` that
+ * runs `insert(n)` and completes a `Deferred`, and a fiber of the same
+ * runtime awaiting it that runs `drain(seen)`. The latencies of
+ * `min(200, samples)` paced samples.
+ */
+const effectShaped = async (
+  s: WakeSettings,
+  insert: (n: number) => void,
+  drain: (seen: (n: number, at: number) => void) => void
+): Promise<ReadonlyArray<number>> => {
+  const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
   const rt = ManagedRuntime.make(Layer.empty)
   const f = arrivals(s.sampleTimeoutMs)
   let signal = Deferred.unsafeMake<void>(FiberId.none)
@@ -163,13 +182,13 @@ const effectFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray
     Effect.suspend(() => Deferred.await(signal)),
     Effect.sync(() => {
       signal = Deferred.unsafeMake<void>(FiberId.none)
-      rawDrain(raw, f.seen)
+      drain(f.seen)
     })
   )))
   try {
     const { samples } = await paced(s, s.warmup + Math.min(200, s.samples), (n) => {
       rt.runSync(Effect.sync(() => {
-        raw.enqueue(n)
+        insert(n)
         Deferred.unsafeDone(signal, Exit.void)
       }))
     }, f.waitFor)
@@ -177,8 +196,6 @@ const effectFloor = async (file: string, s: WakeSettings): Promise<ReadonlyArray
   } finally {
     await rt.runPromise(Fiber.interrupt(worker))
     await rt.dispose()
-    raw.db.close()
-    for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
   }
 }
 
@@ -208,7 +225,6 @@ export const CONTRACT_FLOOR_CLAIM_ONLY =
  * might), to show the floor does not rest on it.
  */
 const contractFloor = async (file: string, s: WakeSettings, readFirst = true): Promise<ReadonlyArray<number>> => {
-  const { Deferred, Effect, Exit, Fiber, FiberId, Layer, ManagedRuntime } = await import("effect")
   const { sql, claimSql, readinessSql } = await import("../src/internal/sqlite/queueStatements.js")
   const { insertValues } = await import("../src/internal/sqlite/jobInsert.js")
   const { jobOf } = await import("../src/internal/options.js")
@@ -234,38 +250,23 @@ const contractFloor = async (file: string, s: WakeSettings, readFirst = true): P
     key: undefined,
     group: ""
   }
-  const rt = ManagedRuntime.make(Layer.empty)
-  const f = arrivals(s.sampleTimeoutMs)
-  let signal = Deferred.unsafeMake<void>(FiberId.none)
-  const drain = () => {
+  const drain = (seen: (n: number, at: number) => void) => {
     for (;;) {
       const now = Date.now()
       if (readFirst) readiness.get(readinessSql.bind([QUEUE, now]))
       const row = claim.get(claimSql.pending.bind([now, WORKER, QUEUE, 1])) as { id: number; payload: string } | undefined
       if (row === undefined) return
-      f.seen((JSON.parse(row.payload) as { n: number }).n, clock()) // the handler's first line
+      seen((JSON.parse(row.payload) as { n: number }).n, clock()) // the handler's first line
       ack.run(row.id)
     }
   }
-  const worker = rt.runFork(Effect.forever(Effect.zipRight(
-    Effect.suspend(() => Deferred.await(signal)),
-    Effect.sync(() => {
-      signal = Deferred.unsafeMake<void>(FiberId.none)
-      drain()
-    })
-  )))
+  const insertOne = (n: number) => {
+    const now = Date.now()
+    insert.run(insertValues(jobOf(QUEUE, { ...options, runAt: now }, JSON.stringify({ n }), now, undefined)))
+  }
   try {
-    const { samples } = await paced(s, s.warmup + Math.min(200, s.samples), (n) => {
-      rt.runSync(Effect.sync(() => {
-        const now = Date.now()
-        insert.run(insertValues(jobOf(QUEUE, { ...options, runAt: now }, JSON.stringify({ n }), now, undefined)))
-        Deferred.unsafeDone(signal, Exit.void)
-      }))
-    }, f.waitFor)
-    return latencies(samples, f.handlerAt, s.warmup)
+    return await effectShaped(s, insertOne, drain)
   } finally {
-    await rt.runPromise(Fiber.interrupt(worker))
-    await rt.dispose()
     db.close()
     for (const x of ["", "-wal", "-shm"]) rmSync(`${floorFile}${x}`, { force: true })
   }
