@@ -17,13 +17,6 @@ const toLimits = (l: ResolvedLimits): Q.StoredLimits => ({
     : {})
 })
 
-/**
- * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
- * wakes the queue's waiters on commit (a raised or removed limit may admit
- * work at once) — also when an interruption cut it off after its write
- * (`tellingIfCut`); the claims in flight keep their slots. Their spans go
- * through `traced` (telemetry.ts), as every queue operation's.
- */
 /** A limit change's wake of this process's waiters of `name` (on commit). */
 const wakeHere = (engine: EngineShape, name: string) => signalOnCommit(engine, name, Number.MAX_SAFE_INTEGER)
 /**
@@ -32,6 +25,13 @@ const wakeHere = (engine: EngineShape, name: string) => signalOnCommit(engine, n
  */
 const wakeAll = (engine: EngineShape, name: string) => Effect.zipRight(wakeHere(engine, name), engine.flow.freed(name))
 
+/**
+ * `Queues.setLimits` / `limits` / `clearLimits` (CONTRACT §9). A change
+ * wakes the queue's waiters on commit (a raised or removed limit may admit
+ * work at once) — also when an interruption cut it off after its write
+ * (`tellingIfCut`); the claims in flight keep their slots. Their spans go
+ * through `traced` (telemetry.ts), as every queue operation's.
+ */
 export const makeLimits = (engine: EngineShape): Pick<Q.QueuesShape, "setLimits" | "limits" | "clearLimits"> => ({
   setLimits: (name, limits) =>
     traced("alkstore.queue.set_limits", () => ({ [attr.queue]: name }), Effect.gen(function*() {
