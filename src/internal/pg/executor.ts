@@ -81,11 +81,16 @@ export const makeExecutor = (
     // The store's own transactions carry their commit hooks under a key of this store alone.
     const Hooks = Context.GenericTag<Array<() => void>>(`alkstore/internal/pg/CommitHooks/${storeId}`)
     let inFlight = 0
+    // The count and its decrement are put in place in one step: an interruption landing between an
+    // increment and its `ensuring` counted a statement that never ran, for good (the close's `untilIdle`
+    // then waited for it).
     const counted = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
-      Effect.suspend(() => {
-        inFlight++
-        return Effect.ensuring(statement, Effect.sync(() => inFlight--))
-      })
+      Effect.uninterruptibleMask((restore) =>
+        Effect.suspend(() => {
+          inFlight++
+          return Effect.ensuring(restore(statement), Effect.sync(() => inFlight--))
+        })
+      )
     const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
     // PostgreSQL answers the COMMIT of a transaction that an earlier failed statement aborted (one whose
     // failure the body caught and went on) with the tag ROLLBACK and no error: nothing was committed.

@@ -212,6 +212,9 @@ export interface Built {
 const untilIdle = (executor: PgExecutor) =>
   Effect.suspend(() => (executor.inFlight() === 0 ? Effect.void : Effect.sleep(Duration.millis(5)))).pipe(
     Effect.repeat({ until: () => executor.inFlight() === 0 }),
+    // Interruptible, or the bound would not hold: this runs as a finalizer, where the timeout's race
+    // cannot interrupt the wait and so waits for it (for good, were a count never to come down).
+    Effect.interruptible,
     Effect.timeout(Duration.millis(1_000)),
     Effect.ignore,
     Effect.withClock(realClock)
