@@ -7,6 +7,7 @@ import { Engine, type LockRow, type LockStorage } from "./engine.js"
 import { validateName } from "./names.js"
 import { ownOptions, validateText } from "./options.js"
 import { givingBack, patienceCapMillis, releasePatienceMillis } from "./patience.js"
+import { raceFirst } from "./race.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -160,7 +161,7 @@ export const keepRenewed = (handle: L.LockHandle, ttlMillis: number) => {
   // single sleep past ~24.8 days, so a ttl over ~74.6 days renewed nothing and the lease lapsed
   // (renewing more often is harmless: a renewal only moves the lease's end later).
   const every = Duration.millis(Math.min(Math.max(1, Math.floor(ttlMillis / 3)), lapseCheckMillis))
-  return Effect.raceFirst(
+  return raceFirst(
     handle.renew().pipe(
       Effect.catchAll(() => Effect.succeed(false)),
       Effect.disconnect,
@@ -245,7 +246,7 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       )
       return yield* Effect.flatMap(acquired, (handle) => {
         taken = handle
-        return Effect.raceFirst(
+        return raceFirst(
           // An effect that ends past the lease's deadline before `lapse` ran (a late timer, a busy event
           // loop) did not hold the lock throughout: LockLost, never a Success. (Its own failure stands.)
           Effect.tap(effect, () =>

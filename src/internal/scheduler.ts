@@ -10,6 +10,7 @@ import { schedulerLockName, validateName } from "./names.js"
 import { outsideTransactions } from "./transactionOwner.js"
 import { ownOptions, queueDefaults, safeInteger, validateText } from "./options.js"
 import { givingBack } from "./patience.js"
+import { raceFirst } from "./race.js"
 import { encodeJson } from "./payload.js"
 import { runMaintenance } from "./queues.js"
 import { dueBoundaries, parseEvery } from "./spec.js"
@@ -202,7 +203,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
 
   /** Leads until the lease is found gone or a tick or maintenance fails. */
   const lead = (owner: string, token: number, inTick: Effect.Semaphore) =>
-    Effect.raceFirst(ticking(owner, token, inTick), maintaining)
+    raceFirst(ticking(owner, token, inTick), maintaining)
 
   /**
    * Gives the lease up when a tenure ends (stopped, or its leadership ended),
@@ -252,7 +253,7 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           // PostgreSQL the renewal itself waits behind that tick's fence.
           const inTick = yield* Effect.makeSemaphore(1)
           return yield* leadershipChange("acquired").pipe(
-            Effect.zipRight(Effect.raceFirst(
+            Effect.zipRight(raceFirst(
               lead(owner, lease.token, inTick),
               // `keepRenewed` renews every third of what it is given; never less often than
               // three times per lease, so a short `leaderTtl` alone cannot lapse the lease.

@@ -1,5 +1,6 @@
 import { SqlError } from "@effect/sql/SqlError"
 import { Clock, Deferred, Duration, Effect, Exit, Schedule } from "effect"
+import { raceFirst, timeoutFail } from "../race.js"
 import { realClock } from "../realClock.js"
 import Pg from "pg"
 import type { WakeHub } from "../wake.js"
@@ -171,8 +172,8 @@ export const startListener = (options: ListenerOptions) =>
           }
         )
       return Effect.suspend(() => (settled ? Effect.void : destroy(client)))
-    }).pipe(
-      Effect.timeoutFail({
+    }).pipe((effect) =>
+      timeoutFail(effect, {
         duration: Duration.millis(heartbeatTimeoutMillis),
         onTimeout: () =>
           new SqlError({ cause: new Error("timeout"), message: `Connecting to LISTEN on ${channel} timed out` })
@@ -193,14 +194,15 @@ export const startListener = (options: ListenerOptions) =>
           catch: (cause) => new SqlError({ cause, message: "LISTEN heartbeat failed" })
         }).pipe(
           Effect.tap((result) => sharedSession(client, result.rows[0]!.pid)),
-          Effect.timeoutFail({
-            duration: Duration.millis(heartbeatTimeoutMillis),
-            onTimeout: () => new SqlError({ cause: new Error("timeout"), message: "LISTEN heartbeat timed out (half-open connection?)" })
-          }),
+          (effect) =>
+            timeoutFail(effect, {
+              duration: Duration.millis(heartbeatTimeoutMillis),
+              onTimeout: () => new SqlError({ cause: new Error("timeout"), message: "LISTEN heartbeat timed out (half-open connection?)" })
+            }),
           Effect.zipRight(Effect.sleep(Duration.millis(heartbeatMillis))),
           Effect.forever
         )
-        return yield* Effect.raceFirst(Deferred.await(broken), Effect.delay(heartbeat, Duration.millis(heartbeatMillis)))
+        return yield* raceFirst(Deferred.await(broken), Effect.delay(heartbeat, Duration.millis(heartbeatMillis)))
       }).pipe(Effect.ensuring(Effect.zipRight(Effect.sync(() => {
         if (live === client) live = undefined
       }), destroy(client))))
