@@ -28,6 +28,31 @@ import { mustClaim, queueOf, setLimits, settle, type StoreServices } from "./con
 
 const realSleep = (ms: number) => Effect.promise(() => new Promise<void>((r) => setTimeout(r, ms)))
 
+/** Real time until a session of the test's database waits on a lock (at most 10 s): polled, not slept for. */
+const untilWaitingOnLock = Effect.promise(async () => {
+  const client = new Pg.Client({ connectionString: await pgDatabaseUrl() })
+  await client.connect()
+  try {
+    const deadline = Date.now() + 10_000
+    while (Date.now() < deadline) {
+      const result = await client.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+      )
+      if (result.rows[0]!.n > 0) return
+      await new Promise<void>((r) => setTimeout(r, 10))
+    }
+  } finally {
+    await client.end()
+  }
+})
+
+/** Real time until `fiber` is done (at most 10 s; the store's fallback poll is an hour of TestClock away). */
+const untilDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + 10_000
+    while (Option.isNone(yield* Fiber.poll(fiber)) && Date.now() < deadline) yield* realSleep(10)
+  })
+
 const urlFor = (database: string, schema: string) => {
   const url = new URL(database)
   url.searchParams.set("options", `-c search_path=${schema},public`)
@@ -102,7 +127,7 @@ const cutOff = <X, E>(filename: string, rivalStatement: string, operation: Effec
     const held = yield* rival(filename, rivalStatement)
     const pool = yield* holdConnection
     const fiber = yield* Effect.fork(operation)
-    yield* realSleep(300) // the statement waits on the rival's lock
+    yield* untilWaitingOnLock // the statement waits on the rival's lock
     yield* Fiber.interruptFork(fiber)
     yield* realSleep(100)
     yield* held.commit // the statement commits; then the cancel runs on the connection it freed
@@ -145,7 +170,7 @@ for (const engine of starved) {
           const { h, q, taker } = yield* heldBack
           const exit = yield* cutOff(filename, rowLock(h.job.id), h.fail("boom"))
           const a = yield* q.getJob(h.job.id)
-          yield* realSleep(500)
+          yield* untilDone(taker) // woken, its claim is a round trip: polled for, with a deadline
           expect({
             exit: exit._tag,
             state: Option.map(a, (j) => j.state),
@@ -164,7 +189,7 @@ for (const engine of starved) {
           const { h, q, taker } = yield* heldBack
           const exit = yield* cutOff(filename, rowLock(h.job.id), q.cancel(h.job.id))
           const a = yield* q.getJob(h.job.id)
-          yield* realSleep(500)
+          yield* untilDone(taker) // woken, its claim is a round trip: polled for, with a deadline
           expect({ exit: exit._tag, gone: Option.isNone(a), took: payloadOf(yield* Fiber.poll(taker)) })
             .toEqual({ exit: "Failure", gone: true, took: Option.some("b") })
         }).pipe(Effect.provide(ctx))
@@ -181,7 +206,7 @@ for (const engine of starved) {
           const { h, q, taker } = yield* heldBack
           const exit = yield* cutOff(filename, rowLock(h.job.id), q.ackAll([h]))
           const a = yield* q.getJob(h.job.id)
-          yield* realSleep(500)
+          yield* untilDone(taker) // woken, its claim is a round trip: polled for, with a deadline
           expect({ exit: exit._tag, gone: Option.isNone(a), took: payloadOf(yield* Fiber.poll(taker)) })
             .toEqual({ exit: "Failure", gone: true, took: Option.some("b") })
         }).pipe(Effect.provide(ctx))

@@ -43,6 +43,18 @@ const realSleep = (ms: number) => Effect.sleep(ms).pipe(Effect.withClock(realClo
 /** Lets forked fibers run (real time; the TestClock is untouched). */
 const settle = Effect.zipRight(Effect.yieldNow(), realSleep(5))
 
+/** Re-runs `probe` every 10 ms of real time until it holds or `ms` passed; its last answer. */
+const pollUntil = <E, R>(probe: Effect.Effect<boolean, E, R>, ms = 10_000) =>
+  Effect.gen(function*() {
+    const deadline = realClock.unsafeCurrentTimeMillis() + ms
+    let ok = yield* probe
+    while (!ok && realClock.unsafeCurrentTimeMillis() < deadline) {
+      yield* realSleep(10)
+      ok = yield* probe
+    }
+    return ok
+  })
+
 /** `effect` must end within `ms` of real time, else the test fails with "hung". */
 const within = <A, E, R>(ms: number, effect: Effect.Effect<A, E, R>) =>
   effect.pipe(Effect.timeoutFail({ duration: ms, onTimeout: () => "hung" as const }), Effect.withClock(realClock))
@@ -148,12 +160,14 @@ describe("an interrupted claim keeps no claim — postgresql (PgStore.layer), it
         yield* Effect.provide(queue.enqueueBatch([{ n: 1 }, { n: 2 }]), context)
         proxy.delay(600)
         const claiming = yield* Effect.fork(Effect.provide(claim(queue as Queues.Queue<unknown>), context))
-        // the statement reaches the server at once and commits; its answer waits in the proxy
-        yield* realSleep(200)
-        const claimedMeanwhile = yield* query<{ n: number }>(
-          "SELECT count(*)::int AS n FROM __alkstore_jobs WHERE state = 'claimed'"
+        // the statement reaches the server at once and commits; its answer waits in the proxy (polled, not slept
+        // for: a loaded machine may take longer to send it, and the answer is due 600 ms after it committed)
+        const claimedCount = Effect.map(
+          query<{ n: number }>("SELECT count(*)::int AS n FROM __alkstore_jobs WHERE state = 'claimed'"),
+          (rows) => rows[0]!.n
         )
-        expect(claimedMeanwhile[0]!.n).toBeGreaterThan(0)
+        yield* pollUntil(Effect.map(claimedCount, (n) => n > 0))
+        expect(yield* claimedCount).toBeGreaterThan(0)
         const stopping = yield* Effect.fork(Fiber.interrupt(claiming))
         proxy.delay(0)
         const exit = yield* within(10_000, Fiber.join(stopping))
@@ -189,11 +203,12 @@ describe("an interrupted lock acquire — postgresql (PgStore.layer), its answer
       const locks = Context.get(context, Locks.Locks)
       proxy.delay(600)
       const acquiring = yield* Effect.fork(Effect.provide(locks.acquire("interrupted-acquire", { ttl: "1 hour" }), context))
-      yield* realSleep(200)
-      const heldMeanwhile = yield* query<{ n: number }>(
+      // polled, not slept for: the statement commits as soon as it reaches the server (its answer is held back)
+      const heldMeanwhile = Effect.map(query<{ n: number }>(
         "SELECT count(*)::int AS n FROM __alkstore_locks WHERE name = 'interrupted-acquire' AND expires_at > 0"
-      )
-      expect(heldMeanwhile[0]!.n).toBe(1)
+      ), (rows) => rows[0]!.n)
+      yield* pollUntil(Effect.map(heldMeanwhile, (n) => n === 1))
+      expect(yield* heldMeanwhile).toBe(1)
       const stopping = yield* Effect.fork(Fiber.interrupt(acquiring))
       proxy.delay(0)
       expect(Exit.isInterrupted(yield* within(10_000, Fiber.join(stopping)))).toBe(true)
@@ -213,11 +228,12 @@ describe("an interrupted lock acquire — postgresql (PgStore.layer), its answer
       const locks = Context.get(context, Locks.Locks)
       proxy.delay(600)
       const running = yield* Effect.fork(Effect.provide(locks.withLock("interrupted-with-lock", "1 hour", Effect.never), context))
-      yield* realSleep(200)
-      const heldMeanwhile = yield* query<{ n: number }>(
+      // polled, not slept for: the statement commits as soon as it reaches the server (its answer is held back)
+      const heldMeanwhile = Effect.map(query<{ n: number }>(
         "SELECT count(*)::int AS n FROM __alkstore_locks WHERE name = 'interrupted-with-lock' AND expires_at > 0"
-      )
-      expect(heldMeanwhile[0]!.n).toBe(1)
+      ), (rows) => rows[0]!.n)
+      yield* pollUntil(Effect.map(heldMeanwhile, (n) => n === 1))
+      expect(yield* heldMeanwhile).toBe(1)
       const stopping = yield* Effect.fork(Fiber.interrupt(running))
       proxy.delay(0)
       expect(Exit.isInterrupted(yield* within(10_000, Fiber.join(stopping)))).toBe(true)
@@ -246,10 +262,13 @@ describe("an interrupted lock acquire — postgresql (PgStore.layer), its answer
       // A take that had already returned when the interruption came handed its claim to its caller (a fiber
       // interrupted after it ended is not undone), whose to settle: this caller gives it back.
       if (Exit.isSuccess(took)) yield* Effect.provide((took.value as Queues.JobHandle<unknown>).release, context)
-      yield* realSleep(100)
-      const rows = yield* query<{ state: string; attempts: number }>(
+      // an answer still on the wire past the caller's short wait is given back in the background when it arrives
+      // (stoppableClaim.ts): polled for, with a deadline, as in the claim cases above
+      const claimedRows = query<{ state: string; attempts: number }>(
         "SELECT state, attempts FROM __alkstore_jobs WHERE state = 'claimed'"
       )
+      yield* pollUntil(Effect.map(claimedRows, (rows) => rows.length === 0))
+      const rows = yield* claimedRows
       // delivered, acked: gone; or not delivered and released: pending again
       expect(rows).toEqual([])
       expect(delivered).toBeLessThanOrEqual(1)
@@ -465,11 +484,13 @@ const leaseLength = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const scheduler = yield* Scheduler.Scheduler
   const leader = yield* Effect.fork(scheduler.runSchedules)
-  yield* settle
-  const now = yield* Clock.currentTimeMillis
-  const rows = yield* sql.unsafe<{ expires_at: number | string }>(
+  // the leader's first acquire is a round trip on PostgreSQL: polled for (real time), not settled
+  const lease = sql.unsafe<{ expires_at: number | string }>(
     "SELECT expires_at FROM __alkstore_locks WHERE name = '__alkstore_scheduler'"
   )
+  yield* pollUntil(Effect.map(lease, (rows) => rows.length > 0))
+  const now = yield* Clock.currentTimeMillis
+  const rows = yield* lease
   yield* Fiber.interrupt(leader)
   return Number(rows[0]!.expires_at) - now
 })

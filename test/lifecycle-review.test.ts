@@ -30,6 +30,32 @@ import { pgTestTypes } from "./fixtures/types.js"
 /** Real milliseconds (the engines' I/O and the child processes are real). */
 const realSleep = (millis: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis)))
 
+/** `look` once what was just closed has finished closing: re-read every 50 ms until three reads in a row agree (at most 5 s). */
+const steady = <A, E, R>(look: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + 5_000
+    let last = yield* look
+    for (let same = 0; same < 2 && Date.now() < deadline;) {
+      yield* realSleep(50)
+      const next = yield* look
+      same = JSON.stringify(next) === JSON.stringify(last) ? same + 1 : 0
+      last = next
+    }
+    return last
+  })
+
+/** `look` once it equals `expected`, or its last reading after `millis` of real time: closings end asynchronously. */
+const once = <A, E, R>(look: Effect.Effect<A, E, R>, expected: A, millis = 10_000) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + millis
+    let last = yield* look
+    while (JSON.stringify(last) !== JSON.stringify(expected) && Date.now() < deadline) {
+      yield* realSleep(20)
+      last = yield* look
+    }
+    return last
+  })
+
 /** `effect`, or `undefined` once `millis` of real time have passed first. */
 const within = <A, E, R>(millis: number, effect: Effect.Effect<A, E, R>) =>
   Effect.raceFirst(effect, Effect.as(realSleep(millis), undefined))
@@ -258,11 +284,11 @@ describe("repeated opening and closing in one process", () => {
       Effect.gen(function*() {
         const filename = freshFile("cycles")
         yield* busyCycle(engine, filename)
-        yield* realSleep(200)
-        const before = snapshot()
+        // sockets and the server's sessions close asynchronously: read once they are steady, and poll (with a
+        // deadline) for the same reading after the cycles, rather than sleeping a fixed time
+        const before = yield* steady(Effect.sync(snapshot))
         for (let i = 0; i < cycles; i++) yield* busyCycle(engine, filename)
-        yield* realSleep(300)
-        expect(snapshot()).toEqual(before)
+        expect(yield* once(Effect.sync(snapshot), before)).toEqual(before)
       }), 30_000)
   }
 
@@ -283,14 +309,13 @@ describe("repeated opening and closing in one process", () => {
       })
       const filename = freshFile("sessions")
       yield* busyCycle(pgOwned, filename)
-      yield* realSleep(200)
-      const before = yield* sessions
+      // a closed client's server session ends asynchronously: read once steady, then polled for (a deadline)
+      const before = yield* steady(sessions)
       for (let i = 0; i < 3; i++) {
         yield* busyCycle(pgOwned, filename)
         yield* busyCycle(pgFromClient, filename)
       }
-      yield* realSleep(300)
-      expect(yield* sessions).toBe(before)
+      expect(yield* once(sessions, before)).toBe(before)
     }), 30_000)
 })
 

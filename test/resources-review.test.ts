@@ -139,15 +139,28 @@ describe("PostgreSQL: the LISTEN connection of a store closed soon after it open
         const connection = { url: Redacted.make(url.toString()), types: pgTestTypes }
         // Migrated first, so the store under test opens quickly.
         yield* Effect.provide(Effect.void, PgStore.layer({ ...connection, schema, clock: "host" }))
-        yield* realSleep(300)
         const sockets = () => process.getActiveResourcesInfo().filter((kind) => kind === "TCPSocketWrap").length
-        const before = { listeners: yield* sessionsNamed("alkstore-listen"), sockets: sockets() }
+        const look = Effect.map(sessionsNamed("alkstore-listen"), (listeners) => ({ listeners, sockets: sockets() }))
+        // sockets and server sessions end asynchronously after a close: read once steady (three equal reads 50 ms
+        // apart, at most 5 s), and poll for the same reading after the store under test (a deadline), not slept for
+        let before = yield* look
+        for (let same = 0, deadline = Date.now() + 5_000; same < 2 && Date.now() < deadline;) {
+          yield* realSleep(50)
+          const next = yield* look
+          same = next.listeners === before.listeners && next.sockets === before.sockets ? same + 1 : 0
+          before = next
+        }
         const store = fromClient
           ? PgStore.layerFromClient({ schema, clock: "host" }).pipe(Layer.provide(PgClient.layer(connection)))
           : PgStore.layer({ ...connection, schema, clock: "host" })
         yield* Effect.provide(Effect.void, store)
-        yield* realSleep(500)
-        expect({ listeners: yield* sessionsNamed("alkstore-listen"), sockets: sockets() }).toEqual(before)
+        let after = yield* look
+        for (const deadline = Date.now() + 10_000; Date.now() < deadline;) {
+          if (after.listeners === before.listeners && after.sockets === before.sockets) break
+          yield* realSleep(20)
+          after = yield* look
+        }
+        expect(after).toEqual(before)
       }), 20_000)
   }
 })

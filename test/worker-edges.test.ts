@@ -9,7 +9,7 @@ import Sqlite from "better-sqlite3"
 import { Cause, Chunk, Clock, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream } from "effect"
 import { Queues } from "../src/index.js"
 import { engines, freshFile } from "./contract/harness.js"
-import { advance, queueOf } from "./contract/support.js"
+import { advance, eventually, queueOf } from "./contract/support.js"
 import { settle } from "./contract/workers.js"
 
 const rowOf = <A>(queue: Queues.Queue<A>, id: number) =>
@@ -329,12 +329,14 @@ for (const engine of engines) {
         yield* realSleep(100)
         yield* Deferred.succeed(unlock, undefined)
         const exit = yield* Fiber.join(stopping)
-        yield* realSleep(50)
         if (Exit.isSuccess(exit)) {
           // the take returned before the interruption landed: its handle is ours to settle
           return
         }
-        expect(yield* rowOf(queue, id)).toEqual(Option.some({ state: "pending", attempts: 0 }))
+        // the interrupted take waits a short real time for its give-back, then leaves it to the background
+        // (stoppableClaim.ts): polled for, with a deadline, not slept for
+        yield* eventually(Effect.map(rowOf(queue, id), (row) =>
+          expect(row).toEqual(Option.some({ state: "pending", attempts: 0 }))), 10)
       }).pipe(Effect.provide(engine.store({ fallbackPoll: "1 hour" }))))
 
     // (the store's own connection only: a foreign client's driver blocks the event loop in its 5 s busy_timeout)
