@@ -199,12 +199,19 @@ const letGo = (name: string, handle: L.LockHandle, stopped: boolean) => {
  * row another transaction holds stops at once (the statement is cancelled,
  * and the release, matching no tenure of this owner, waits on nothing).
  */
-const ownerGivenBack = (storage: LockStorage, name: string, owner: string) =>
+export const ownerGivenBack = (
+  storage: LockStorage,
+  name: string,
+  owner: string,
+  /** Run after a tenure of `owner`'s was given back (the scheduler wakes its standbys). */
+  onReleased: Effect.Effect<void, SqlError> = Effect.void
+) =>
   givingBack(
     // A read first: an acquire stopped while it waited out a busy SQLite file wrote nothing, and a write
     // there would wait out the same busy file (a read in WAL mode does not).
     Effect.flatMap(Clock.currentTimeMillis, (now) =>
       Effect.flatMap(storage.held(name, now), (held) => (held ? storage.releaseOwner(name, owner, now) : Effect.succeed(false)))).pipe(
+      Effect.tap((released) => (released ? onReleased : Effect.void)),
       Effect.catchAll((error) => Effect.logWarning(`alkstore: giving back lock ${name} after an interrupted acquire failed; it lapses with its lease`, error)),
       Effect.asVoid
     ),

@@ -52,3 +52,25 @@ export const timeoutFail = <A, E, R, E2>(
   options: { readonly duration: Duration.DurationInput; readonly onTimeout: () => E2 }
 ): Effect.Effect<A, E | E2, R> =>
   raceFirst(effect, Effect.flatMap(Effect.sleep(options.duration), () => Effect.fail(options.onTimeout())))
+
+/**
+ * `Effect.all(Array(n).fill(effect), { concurrency: "unbounded", discard: true })` for effects that never
+ * succeed (a queue's workers), without the same kind of window: Effect 3's concurrent `forEach` forks its
+ * processing fiber but only schedules its start, and an interruption that arrives first empties its work list,
+ * so that fiber never starts a worker nor ends, and the interrupted caller awaits it for good (reproduced with
+ * `Effect.all([Effect.never], { concurrency: "unbounded", discard: true })` under `withMaxOpsBeforeYield(32)`,
+ * interrupted at once). Here each copy is forked (made and started in one step) from an uninterruptible
+ * region, interruptible itself; the first failure stops the others and is the caller's, and an interruption
+ * of the caller stops them all and awaits them.
+ */
+export const untilFirstFailure = <E, R>(effect: Effect.Effect<never, E, R>, copies: number): Effect.Effect<never, E, R> =>
+  copies === 1 ? effect : Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(Deferred.make<never, E>(), (failed) =>
+      Effect.flatMap(
+        Effect.forEach(
+          Array.from({ length: copies }),
+          () => Effect.fork(Effect.onExit(Effect.interruptible(effect), (exit) => Deferred.done(failed, exit))),
+        ),
+        (fibers) => Effect.ensuring(restore(Deferred.await(failed)), Fiber.interruptAll(fibers))
+      ))
+  )

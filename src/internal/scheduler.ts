@@ -1,11 +1,11 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Option } from "effect"
+import { Clock, DateTime, Duration, Effect, Exit, Option } from "effect"
 import type * as S from "../Scheduler.js"
 import type { LockHandle } from "../Locks.js"
 import { type DatabaseReplaced, InvalidSpec, LeadershipLost } from "../StoreError.js"
 import { Engine, type EngineShape, type NewJob, type ScheduleRow, signalOnCommit } from "./engine.js"
 import { fromChecked, instantAfter, optionalDurationMillis } from "./duration.js"
-import { acquireLock, keepRenewed } from "./locks.js"
+import { acquireLock, keepRenewed, ownerGivenBack } from "./locks.js"
 import { schedulerLockName, validateName } from "./names.js"
 import { outsideTransactions } from "./transactionOwner.js"
 import { ownOptions, queueDefaults, safeInteger, validateText } from "./options.js"
@@ -211,14 +211,12 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * waited out only briefly here, not for the store's whole patience (a stop
    * must not wait on it). The cap is real time, so it ends under `TestClock`.
    */
+  /** Standbys in this process (other processes: the engine's commit signal) try for the lease at once. */
+  const wakeStandbys = signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER)
   const letGo = (lease: LockHandle) =>
     givingBack(
       lease.release.pipe(
-        Effect.tap((released) =>
-          released
-            ? Effect.zipRight(leadershipChange("released"), signalOnCommit(engine, leadershipTopic, Number.MAX_SAFE_INTEGER))
-            : Effect.void
-        ),
+        Effect.tap((done) => (done ? Effect.zipRight(leadershipChange("released"), wakeStandbys) : Effect.void)),
         Effect.catchAll((error) =>
           Effect.logWarning("alkstore: releasing the scheduler lease failed; it lapses with its ttl", error)
         ),
@@ -232,9 +230,9 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
    * Takes the lease, then leads while keeping it renewed. Stopping is
    * interrupting, at any point: the acquire (which may be waiting out a busy
    * file or a connection) is interruptible, and the release is in place before
-   * it starts, so a lease once taken is always given up. (Only a lease taken in
-   * the few steps between its write and its handle, or by a PostgreSQL
-   * statement cut short, is left to lapse with its ttl.)
+   * it starts, so a lease once taken is always given up — one whose handle an
+   * interruption cut off (on the wire, or in the steps between its write and
+   * its handle) by the runner's own owner (`ownerGivenBack`).
    */
   const runSchedules: S.SchedulerShape["runSchedules"] = Effect.suspend(() => {
     const owner = `${engine.instanceId}:scheduler:${++runners}`
@@ -265,7 +263,15 @@ export const makeScheduler: Effect.Effect<S.SchedulerShape, never, Engine> = Eff
           )
         })
       })
-    ).pipe(Effect.ensuring(Effect.suspend(() => (taken === undefined ? Effect.void : letGo(taken)))))
+    ).pipe(Effect.onExit((exit) =>
+      taken !== undefined
+        ? letGo(taken)
+        // Stopped before the lease's handle came (its answer cut off on the wire, or in the steps between
+        // the write and the handle): the runner's own owner gives back what it may hold, as `withLock` does.
+        : Exit.isInterrupted(exit)
+        ? ownerGivenBack(engine.locks, schedulerLockName, owner, wakeStandbys)
+        : Effect.void
+    ))
   }).pipe((effect) => traced("alkstore.scheduler.lead", () => ({}), effect)) as S.SchedulerShape["runSchedules"]
 
   const halfTtl = Math.max(1, Math.floor(settings.leaderTtlMillis / 2))

@@ -7,6 +7,7 @@ import { fromChecked, maxRenewalMillis } from "./duration.js"
 import { eventLoopTurn, turnEveryMillis } from "./eventLoop.js"
 import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { checkFunction, maxProcessConcurrency, ownOptions, positiveCount, validateText } from "./options.js"
+import { untilFirstFailure } from "./race.js"
 import { realClock } from "./realClock.js"
 import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
@@ -222,10 +223,8 @@ export const makeProcess = <A>(
           Effect.logWarning(`alkstore: worker ${workerId} of ${name} met a storage error; it tries again`, error)),
         Effect.retry({ schedule: workerRetry, while: (error) => error._tag === "SqlError" })
       )
-      return yield* Effect.all(Array.from({ length: concurrency }, () => worker), {
-        concurrency: "unbounded",
-        discard: true
-      }).pipe(Effect.zipRight(Effect.never))
+      // Not `Effect.all` with concurrency: an interruption before its processing fiber started hung it (race.ts).
+      return yield* untilFirstFailure(worker, concurrency)
     }).pipe(Effect.withSpan("alkstore.queue.worker", { attributes: { [attr.queue]: name, [attr.workerId]: workerId } }))
 
   return process

@@ -1,6 +1,6 @@
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, FiberRef, Schedule, Scope } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, FiberRef, Runtime, Schedule, Scope } from "effect"
 import type * as Q from "../../Queues.js"
 import { Queues } from "../../Queues.js"
 import { InvalidOptions } from "../../StoreError.js"
@@ -109,6 +109,7 @@ export const make = (
     const backing = yield* Backing
     const workerId = `persisted-queue:${crypto.randomUUID()}`
     const open = new Set<Q.JobHandle<Stored>>()
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const renew = renewal(open, visibilityTimeout)
     yield* renewEvery(open, renew, Math.min(Math.max(1, visibilityMillis / 3), maxRenewalMillis))
 
@@ -190,12 +191,21 @@ export const make = (
               )
             }
             open.add(handle)
+            // An interruption that lands after this take returned, while PersistedQueue.take's `restore` around
+            // it has a few steps left, leaves the take's scope open for good: its finalizer below never runs.
+            // The caller's fiber then ends with that interruption, and its end gives the element back.
+            const orphaned = () => {
+              if (!open.delete(handle)) return
+              runFork(settled("releasing")(grouped(settles, { settle: givingBackHeld(handle.release, entry.prefetch) })))
+            }
+            fiber.addObserver(orphaned)
             // On the scope itself: `Effect.addFinalizer` captures and diffs every FiberRef (the whole context
             // included) to replay them in the finalizer, which cost more than the claim; settling needs none.
             // A settle that fails fails the closing scope: PersistedQueue.take then fails with that
             // PersistedQueueError (finalizers are typed infallible; Scope.close returns their failures).
             const finalizer = (exit: Exit.Exit<unknown, unknown>) =>
               Effect.suspend(() => {
+                fiber.removeObserver(orphaned)
                 open.delete(handle)
                 return settle(settles, handle, exit, maxAttempts, entry.prefetch, !waited)
               }) as Effect.Effect<void>
