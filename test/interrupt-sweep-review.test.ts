@@ -21,28 +21,7 @@ import { Cause, type Context, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { Locks, Queues } from "../src/index.js"
 import { freshFile, sqliteFromClient, sqliteOwned } from "./contract/harness.js"
 import { eventually, queueOf, settle, type StoreServices } from "./contract/support.js"
-
-/** Runs `op` stepwise and interrupts it after `k` yields of this fiber: its exit, and whether it had ended first. */
-const interruptAfter = <X, E>(op: Effect.Effect<X, E, StoreServices>, k: number, budget = 10) =>
-  Effect.gen(function*() {
-    const fiber = yield* Effect.fork(Effect.withMaxOpsBeforeYield(op, budget))
-    for (let i = 0; i < k; i++) yield* Effect.yieldNow()
-    const done = Option.isSome(yield* Fiber.poll(fiber))
-    const exit = yield* Fiber.interrupt(fiber)
-    if (Exit.isFailure(exit)) expect({ k, defect: Cause.isDie(exit.cause) }).toEqual({ k, defect: false })
-    return { exit, done }
-  })
-
-/** For k = 0, 1, 2, … until the operation ended before its interruption three times (at most `max`). */
-const sweep = (max: number, body: (k: number) => Effect.Effect<boolean, unknown, StoreServices>) =>
-  Effect.gen(function*() {
-    let completed = 0
-    for (let k = 0; k <= max && completed < 3; k++) if (yield* body(k)) completed++
-  })
-
-/** Whether `cond` holds within `seconds` of real time (polled). */
-const holdsWithin = (cond: Effect.Effect<boolean, unknown, StoreServices>, seconds: number) =>
-  Effect.map(Effect.exit(eventually(Effect.flatMap(cond, (ok) => (ok ? Effect.void : Effect.fail("not yet"))), seconds)), Exit.isSuccess)
+import { holdsWithin, interruptAfter, sweep } from "./support/interruptSweep.js"
 
 const jobsOf = (queue: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>

@@ -24,28 +24,7 @@ import { Cause, Clock, type Context, Effect, Exit, Fiber, Layer, Option, Schema,
 import { Admin, EffectStores, Queues, Scheduler } from "../src/index.js"
 import { freshFile, sqliteOwned } from "./contract/harness.js"
 import { eventually, queueOf, settle } from "./contract/support.js"
-
-/** Runs `op` stepwise and interrupts it after `k` yields of this fiber: whether it had ended first. */
-const interruptAfter = <X, E, R>(op: Effect.Effect<X, E, R>, k: number, budget = 10) =>
-  Effect.gen(function*() {
-    const fiber = yield* Effect.fork(Effect.withMaxOpsBeforeYield(op, budget))
-    for (let i = 0; i < k; i++) yield* Effect.yieldNow()
-    const done = Option.isSome(yield* Fiber.poll(fiber))
-    const exit = yield* Fiber.interrupt(fiber)
-    if (Exit.isFailure(exit)) expect({ k, defect: Cause.isDie(exit.cause) }).toEqual({ k, defect: false })
-    return done
-  })
-
-/** For k = 0, 1, 2, … until the operation ended before its interruption three times (at most `max`). */
-const sweep = <R>(max: number, body: (k: number) => Effect.Effect<boolean, unknown, R>) =>
-  Effect.gen(function*() {
-    let completed = 0
-    for (let k = 0; k <= max && completed < 3; k++) if (yield* body(k)) completed++
-  })
-
-/** Whether `cond` holds within `seconds` of real time (polled). */
-const holdsWithin = <R>(cond: Effect.Effect<boolean, unknown, R>, seconds: number) =>
-  Effect.map(Effect.exit(eventually(Effect.flatMap(cond, (ok) => (ok ? Effect.void : Effect.fail("not yet"))), seconds)), Exit.isSuccess)
+import { holdsWithin, interruptAfter, sweep } from "./support/interruptSweep.js"
 
 const rowsOf = (queue: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -90,7 +69,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
           const pq = yield* PersistedQueue.make({ name, schema: Schema.Struct({ n: Schema.Number }) })
           yield* pq.offer({ n: 1 })
           yield* pq.offer({ n: 2 })
-          const done = yield* interruptAfter(pq.take(() => Effect.void), k)
+          const { done } = yield* interruptAfter(pq.take(() => Effect.void), k)
           // A prefetched element is held for one turn of the event loop at most; no TestClock time passes.
           const given = yield* holdsWithin(Effect.map(rowsOf(name), (rows) => rows.every((r) => r.state !== "claimed")), 1)
           expect({ k, rows: given ? "none claimed" : yield* rowsOf(name) }).toEqual({ k, rows: "none claimed" })
@@ -114,7 +93,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
           const waiter = yield* Effect.fork(q.take("w"))
           yield* settle
           const admin = yield* Admin.Admin
-          const done = yield* interruptAfter<unknown, unknown, never>(via === "Admin.requeue" ? admin.requeue(id) : q.requeueDead(id), k)
+          const { done } = yield* interruptAfter<unknown, unknown, never>(via === "Admin.requeue" ? admin.requeue(id) : q.requeueDead(id), k)
           const requeued = (yield* rowsOf(name)).some((r) => r.id === id && r.state === "pending")
           if (requeued) expect({ k, woken: yield* wakes(waiter) }).toEqual({ k, woken: true })
           yield* Fiber.interrupt(waiter)
@@ -140,7 +119,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
           const waiter = yield* Effect.fork(q.take("w2"))
           yield* settle
           const admin = yield* Admin.Admin
-          const done = yield* interruptAfter<unknown, unknown, never>(via === "Admin.cancel" ? admin.cancel(a) : q.cancel(a), k)
+          const { done } = yield* interruptAfter<unknown, unknown, never>(via === "Admin.cancel" ? admin.cancel(a) : q.cancel(a), k)
           const cancelled = !(yield* rowsOf(name)).some((r) => r.id === a)
           if (cancelled) expect({ k, woken: yield* wakes(waiter) }).toEqual({ k, woken: true })
           yield* Fiber.interrupt(waiter)
