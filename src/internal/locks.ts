@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Exit, Option, Schedule } from "effect"
+import { Clock, DateTime, Duration, Effect, Exit, Fiber, Option, Runtime, Schedule } from "effect"
 import type * as L from "../Locks.js"
 import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
 import { durationMillis, fromChecked, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
@@ -8,6 +8,9 @@ import { validateName } from "./names.js"
 import { ownOptions, validateText } from "./options.js"
 import { givingBack, patienceCapMillis, releasePatienceMillis } from "./patience.js"
 import { raceFirst } from "./race.js"
+import { realClock } from "./realClock.js"
+import { answerWaitMillis } from "./stoppableClaim.js"
+import { inTransactionOf } from "./transactionOwner.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
 const checkOwner = (owner: string) => validateText("owner", owner)
@@ -196,8 +199,9 @@ const letGo = (name: string, handle: L.LockHandle, stopped: boolean) => {
  * committed (on the wire on PostgreSQL; in the steps between a synchronous
  * statement and its handle on SQLite). So a `withLock` stopped during its
  * acquire leaves no lock behind, and one stopped while its acquire waits on a
- * row another transaction holds stops at once (the statement is cancelled,
- * and the release, matching no tenure of this owner, waits on nothing).
+ * row another transaction holds stops at once (on PostgreSQL the statement is
+ * cancelled in the background, `stoppableAcquire`, and this runs again there).
+ * The scheduler's runner gives its lease back the same way.
  */
 export const ownerGivenBack = (
   storage: LockStorage,
@@ -218,6 +222,43 @@ export const ownerGivenBack = (
     undefined,
     `lock ${name}`
   )
+
+/**
+ * `withLock`'s acquire on an engine whose statements travel to a server
+ * (PostgreSQL), made stoppable without losing what it took. An interruption
+ * that cut the statement off could leave it on its way: it committed after
+ * the give-back's read found the lock free, and the lock stayed with the
+ * call's private owner for its whole TTL. Here the statement runs in a fiber
+ * of its own (started at once, as `stoppableClaim` starts a claim); the
+ * caller waits for it interruptibly and stops at once; in the background the
+ * statement gets `answerWaitMillis` of real time to answer, is then cancelled
+ * if still running (one waiting on a row another transaction holds writes
+ * nothing), and its owner's tenure is given back either way.
+ * Inside a transaction it runs as it is: its statement is that transaction's.
+ */
+const stoppableAcquire = <A, E>(
+  acquire: Effect.Effect<A, E>,
+  givenBack: Effect.Effect<void>,
+  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<unknown>
+): Effect.Effect<A, E> =>
+  Effect.withFiberRuntime((caller) => {
+    if (inTransactionOf(caller)) return acquire
+    // The fiber and the handler that answers for it are put in place in one uninterruptible step (an
+    // interruption between the two left the statement to commit unwatched); only the wait is interruptible.
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(Effect.runtime<never>(), (runtime) => {
+        const statement = Runtime.runFork(runtime)(Effect.interruptible(acquire))
+        return Effect.onInterrupt(restore(Effect.flatten(Fiber.await(statement))), () =>
+          inBackground(
+            raceFirst(Effect.asVoid(Fiber.await(statement)), Effect.sleep(Duration.millis(answerWaitMillis))).pipe(
+              Effect.withClock(realClock),
+              Effect.zipRight(Fiber.interrupt(statement)),
+              Effect.zipRight(givenBack)
+            )
+          ))
+      })
+    )
+  })
 
 export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(function*() {
   const engine = yield* Engine
@@ -247,8 +288,11 @@ export const makeLocks: Effect.Effect<L.LocksShape, never, Engine> = Effect.gen(
       // over is always given back, and one whose answer an interruption cut off (on the wire, or in the
       // steps between its write and its handle) is given back by its owner (`ownerGivenBack`).
       let taken: L.LockHandle | undefined
+      const acquire = acquireLock(storage, name, owner, ttlMillis)
       const acquired = Effect.flatMap(
-        acquireLock(storage, name, owner, ttlMillis),
+        engine.queues.claimsWaitOnServer
+          ? stoppableAcquire(acquire, ownerGivenBack(storage, name, owner), engine.lifetime.background)
+          : acquire,
         Option.match({ onNone: () => Effect.fail(new LockUnavailable({ name })), onSome: Effect.succeed })
       )
       return yield* Effect.flatMap(acquired, (handle) => {
