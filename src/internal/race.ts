@@ -69,7 +69,7 @@ export const untilFirstFailure = <E, R>(effect: Effect.Effect<never, E, R>, copi
       Effect.flatMap(
         Effect.forEach(
           Array.from({ length: copies }),
-          () => Effect.fork(Effect.onExit(Effect.interruptible(effect), (exit) => Deferred.done(failed, exit))),
+          () => Effect.fork(Effect.onExit(Effect.interruptible(effect), (exit) => Deferred.done(failed, exit)))
         ),
         (fibers) => Effect.ensuring(restore(Deferred.await(failed)), Fiber.interruptAll(fibers))
       ))
