@@ -60,6 +60,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
   // the element stays claimed by the store's `persisted-queue:…` worker, attempt spent, for the whole lease
   // (2 minutes): the interruption arrived after `accept`'s look at `interruptedCause` and was honoured when the
   // take's mask ended, so 0.61's `PersistedQueue.take` never closed the scope holding the release finalizer.
+  // Fixed: the interrupted fiber's end gives the element back (a fiber observer, src/internal/effectStores).
   it.effect("a PersistedQueue take interrupted at any step leaves its element claimable at once", () =>
     inStore(
       PersistedQueue.layer.pipe(Layer.provideMerge(EffectStores.layerPersistedQueueStore()), Layer.provideMerge(store())),
@@ -82,7 +83,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
   // these. `queue.requeueDead` (and `Admin.requeue`, which calls it) commits the job back to pending, then signals
   // in a later step (`Effect.tap(... signal(1))`, src/internal/queueInspection.ts): interrupted between the two
   // (requeueDead 41–54 yields in, Admin.requeue 58–71) the waiting take sleeps on to its fallback poll (1 hour)
-  // with the job claimable.
+  // with the job claimable. Fixed: `tellingIfCut`, as the settles.
   for (const via of ["queue.requeueDead", "Admin.requeue"] as const) {
     it.effect(`${via} interrupted after it committed wakes a waiting take`, () =>
       inStore(store(), sweep(200, (k) =>
@@ -105,7 +106,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
   // blocked only by a limit wakes when a slot frees"; §7 as above. `queue.cancel` (and `Admin.cancel`) of a
   // claimed job frees its slot, then wakes in a later step (`Effect.tap(... freed)`,
   // src/internal/queueInspection.ts): interrupted between the two (cancel 34–48 yields in, Admin.cancel 51–65),
-  // the take held back by `concurrency: 1` sleeps to its fallback poll with a job claimable.
+  // the take held back by `concurrency: 1` sleeps to its fallback poll with a job claimable. Fixed: `tellingIfCut`.
   for (const via of ["queue.cancel", "Admin.cancel"] as const) {
     it.effect(`${via} of a claimed job interrupted after it committed wakes a take held back by concurrency 1`, () =>
       inStore(store(), sweep(200, (k) =>
@@ -134,7 +135,7 @@ describe(`interrupt sweep 2 — ${sqliteOwned.name}`, () => {
   // its whole TTL: the next `runSchedules` fails with LeadershipLost and the three due boundaries do not fire.
   // The release is keyed on `taken`, set only once `acquireLock`'s handle reached the runner
   // (src/internal/scheduler.ts, `runSchedules`); docs/decisions.md's fix for `withLock`'s same window
-  // ("A `withLock` stopped before its handle", `ownerGivenBack`) was not applied here.
+  // ("A `withLock` stopped before its handle", `ownerGivenBack`) was not applied here. Fixed: it is now.
   it.effect.each([16, 10])("runSchedules interrupted while taking the lease gives it back: the next runner leads and fires (op budget %i)", (budget) =>
     Effect.gen(function*() {
       for (let k = 0; k <= 40; k++) {
