@@ -34,7 +34,7 @@ const hangs = (make: () => Effect.Effect<unknown, unknown>, budgets: ReadonlyArr
   })
 
 describe("raceFirst (src/internal/race.ts)", () => {
-  it.effect("interrupted at any step under any op budget from 10 up, it ends (Effect.raceFirst hangs at some)", () =>
+  it.effect("interrupted at any step under any op budget from 10 up, it ends", () =>
     Effect.gen(function*() {
       // `Effect.raceFirst(Effect.never, Effect.never)` hangs here at 10:7, 11:3 and 13:1 (not run: a hung fiber
       // of the runtime's race keeps the scheduler busy for the rest of the file)
