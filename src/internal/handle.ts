@@ -8,7 +8,7 @@ import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
-import { givingBack, tellingIfCut } from "./patience.js"
+import { givingBack, tellingIfCut, wakingAfter } from "./patience.js"
 import { inTransaction } from "./transactionOwner.js"
 
 const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
@@ -211,14 +211,13 @@ export const makeHandles = <A>(
       afterCommit(fiber.currentContext, f)
       return Effect.void
     })
-  const freeing = (done: boolean) => (done ? freed : Effect.void)
   // A settle whose wake an interruption cut off after its write tells this process's waiters anyway
-  // (patience.ts `tellingIfCut`): `freed` for what an ack or a death frees, a signal for a job back in line.
+  // (patience.ts `tellingIfCut`, `wakingAfter`): `freed` for what an ack or a death frees, a signal for a job back in line.
   const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
-    tellingIfCut(
+    wakingAfter(
       Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
-        buried ? countOnCommit(() => m.dead(1)) : Effect.void).pipe(Effect.tap(freeing)),
+        buried ? countOnCommit(() => m.dead(1)) : Effect.void),
       freed
     )
 
@@ -270,12 +269,7 @@ export const makeHandles = <A>(
       )
     }
     get release() {
-      const released = tellingIfCut(
-        Effect.flatMap(now, (at) => storage.release(this.fence, at)).pipe(
-          Effect.tap((released) => (released ? signal(1) : Effect.void))
-        ),
-        signal(1)
-      )
+      const released = wakingAfter(Effect.flatMap(now, (at) => storage.release(this.fence, at)), signal(1))
       return this.settling(
         traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
         (ok) => (ok ? "released" : "lost")
@@ -294,9 +288,8 @@ export const makeHandles = <A>(
         }
         const at = yield* now
         const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-        const retried = yield* tellingIfCut(
-          Effect.tap(storage.retry(fence, runAt, at, text), (retried) =>
-            retried ? Effect.zipRight(countOnCommit(() => m.retried()), signal(1)) : Effect.void),
+        const retried = yield* wakingAfter(
+          Effect.tap(storage.retry(fence, runAt, at, text), (retried) => retried ? countOnCommit(() => m.retried()) : Effect.void),
           signal(1)
         )
         return retried ? "retried" as const : "lost" as const

@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Duration, Effect, Exit, Fiber, Option, Runtime, Schedule } from "effect"
+import { Clock, DateTime, Duration, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import type * as L from "../Locks.js"
 import { InvalidOptions, LockLost, LockUnavailable } from "../StoreError.js"
 import { durationMillis, fromChecked, instantAfter, maxRenewalMillis, optionalDurationMillis } from "./duration.js"
@@ -9,7 +9,7 @@ import { ownOptions, validateText } from "./options.js"
 import { givingBack, patienceCapMillis, releasePatienceMillis } from "./patience.js"
 import { raceFirst } from "./race.js"
 import { realClock } from "./realClock.js"
-import { answerWaitMillis } from "./stoppableClaim.js"
+import { answerWaitMillis, runApart } from "./stoppableClaim.js"
 import { inTransactionOf } from "./transactionOwner.js"
 import { attr, traced, wonOrLost } from "./telemetry.js"
 
@@ -245,18 +245,16 @@ const stoppableAcquire = <A, E>(
     if (inTransactionOf(caller)) return acquire
     // The fiber and the handler that answers for it are put in place in one uninterruptible step (an
     // interruption between the two left the statement to commit unwatched); only the wait is interruptible.
+    // The statement itself stays interruptible, for its cancel.
     return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(Effect.runtime<never>(), (runtime) => {
-        const statement = Runtime.runFork(runtime)(Effect.interruptible(acquire))
-        return Effect.onInterrupt(restore(Effect.flatten(Fiber.await(statement))), () =>
-          inBackground(
-            raceFirst(Effect.asVoid(Fiber.await(statement)), Effect.sleep(Duration.millis(answerWaitMillis))).pipe(
-              Effect.withClock(realClock),
-              Effect.zipRight(Fiber.interrupt(statement)),
-              Effect.zipRight(givenBack)
-            )
-          ))
-      })
+      runApart(Effect.interruptible(acquire), restore, (statement) =>
+        Effect.asVoid(inBackground(
+          raceFirst(Effect.asVoid(Fiber.await(statement)), Effect.sleep(Duration.millis(answerWaitMillis))).pipe(
+            Effect.withClock(realClock),
+            Effect.zipRight(Fiber.interrupt(statement)),
+            Effect.zipRight(givenBack)
+          )
+        )))
     )
   })
 

@@ -106,3 +106,7 @@ export const writeFreeWait = <A, E, R>(
  */
 export const tellingIfCut = <A, E, R>(write: Effect.Effect<A, E, R>, onCut: Effect.Effect<void, unknown>): Effect.Effect<A, E, R> =>
   Effect.onExit(write, (exit) => (Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.ignore(onCut) : Effect.void))
+
+/** `write`, then `wake` when it says it changed something — and `wake` when an interruption cut it off (`tellingIfCut`). */
+export const wakingAfter = <E, R, E2>(write: Effect.Effect<boolean, E, R>, wake: Effect.Effect<void, E2>): Effect.Effect<boolean, E | E2, R> =>
+  tellingIfCut(Effect.tap(write, (done) => (done ? wake : Effect.void)), wake)

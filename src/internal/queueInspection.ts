@@ -5,7 +5,7 @@ import { isInvalid, optionalDurationMillis } from "./duration.js"
 import { type EngineShape, signalOnCommit } from "./engine.js"
 import { oldestPendingAge, storedJob } from "./handle.js"
 import { isJobId, ownOptions, positiveCount } from "./options.js"
-import { tellingIfCut } from "./patience.js"
+import { wakingAfter } from "./patience.js"
 import { inRounds } from "./rounds.js"
 import { attr, setGauges, traced } from "./telemetry.js"
 
@@ -34,8 +34,8 @@ export const makeInspection = <A>(
         () => ({ [attr.queue]: name, [attr.jobId]: id }),
         isJobId(id)
           // A cancel whose wake an interruption cut off after its write tells this process's waiters anyway
-          // (patience.ts `tellingIfCut`), as a settle does.
-          ? tellingIfCut(Effect.tap(storage.cancel(name, id), (cancelled) => (cancelled ? freed : Effect.void)), freed)
+          // (patience.ts `wakingAfter`), as a settle does.
+          ? wakingAfter(storage.cancel(name, id), freed)
           : Effect.succeed(false),
         (ok, span) => span.attribute(attr.outcome, ok ? "cancelled" : "absent")
       ),
@@ -67,12 +67,7 @@ export const makeInspection = <A>(
         "alkstore.queue.requeue_dead",
         () => ({ [attr.queue]: name, [attr.jobId]: id }),
         isJobId(id)
-          ? tellingIfCut(
-            Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)).pipe(
-              Effect.tap((requeued) => (requeued ? signal(1) : Effect.void))
-            ),
-            signal(1)
-          )
+          ? wakingAfter(Effect.flatMap(now, (at) => storage.requeueDead(name, id, at)), signal(1))
           : Effect.succeed(false),
         (ok, span) => span.attribute(attr.outcome, ok ? "requeued" : "unchanged")
       ),
