@@ -4,6 +4,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
 import { inTurn } from "../savepointTurns.js"
 import { otherTransactionError } from "../transactionOwner.js"
+import type { Driver, KeptConnection } from "./keptConnection.js"
 import type { SizeClasses } from "./planSize.js"
 import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
 
@@ -71,7 +72,11 @@ const discard = (conn: Connection) => {
 export const makeExecutor = (
   client: SqlClient.SqlClient,
   storeId: string,
-  options: { readonly prepare?: boolean } = {}
+  options: {
+    readonly prepare?: boolean
+    /** A connection of the pool kept for the statements outside a transaction (keptConnection.ts). */
+    readonly kept?: KeptConnection | undefined
+  } = {}
 ): Effect.Effect<PgExecutor, SqlError> =>
   Effect.gen(function*() {
     const statements = makeStatements(options.prepare ?? true)
@@ -150,6 +155,38 @@ export const makeExecutor = (
         ))
     }
 
+    const { kept } = options
+    /**
+     * A statement on the kept connection: one `Effect.async` whose driver
+     * callback counts the statement done, frees the connection and decodes
+     * the answer (no pool checkout, no `counted` wrapper). Counted in flight
+     * until the server answered, interrupted or not.
+     */
+    const onKept = <A>(driver: Driver, text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+      Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
+        const statement = statements.statement(text, params)
+        inFlight++
+        driver.query(statement, params, (error, result) => {
+          inFlight--
+          kept!.answered(driver)
+          if (error === null || error === undefined) {
+            // A text without parameters runs on the simple protocol, which answers a multi-statement text with
+            // one result each (as @effect/sql-pg's own connection reads it).
+            const rows = Array.isArray(result)
+              ? result.map((r: { rows?: unknown }) => r.rows ?? [])
+              : (result as { rows?: ReadonlyArray<A> } | undefined)?.rows ?? []
+            return resume(Effect.succeed(rows as ReadonlyArray<A>))
+          }
+          const failure = new SqlError({ cause: error, message: "Failed to execute statement" })
+          resume(
+            statement !== text && lostPreparedStatement(failure)
+              ? Effect.zipRight(unprepare(failure), all<A>(text, params))
+              : Effect.fail(failure)
+          )
+        })
+        return kept!.cancel(driver)
+      })
+
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
         const open = getOpen(fiber.currentContext)
@@ -157,6 +194,8 @@ export const makeExecutor = (
         // Another client's transaction: neither joinable (another database) nor to be quietly
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
+        const driver = kept?.take()
+        if (driver !== undefined) return onKept<A>(driver, text, params)
         if (onPool !== undefined) return run<A>(onPool, text, params, true)
         const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
           ReadonlyArray<A>,
@@ -217,12 +256,24 @@ export const makeExecutor = (
      * back (an exhausted pool, every later operation waiting). The take runs
      * in a fiber of its own that always finishes: a connection arriving after
      * the caller gave up lands in `scope`, already closed, and is released.
+     * The kept connection, when free, is taken first: the pool is one
+     * connection short of `maxConnections` while a connection is kept, and
+     * transactions can still have as many open at once.
      */
-    const reserveIn = (scope: Scope.Scope) =>
-      Effect.flatMap(
-        Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
-        Fiber.join
-      )
+    const reserveIn = (scope: Scope.Scope): Effect.Effect<Connection, SqlError> =>
+      Effect.suspend(() => {
+        const driver = kept?.take()
+        if (driver !== undefined) {
+          return Effect.as(
+            Scope.addFinalizer(scope, Effect.sync(() => kept!.answered(driver))),
+            new (Class as new(pg: unknown) => Connection)(driver)
+          )
+        }
+        return Effect.flatMap(
+          Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
+          Fiber.join
+        )
+      })
 
     /**
      * Unlike `@effect/sql`'s own, a failed BEGIN or COMMIT is the typed

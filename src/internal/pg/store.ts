@@ -18,6 +18,7 @@ import { countHoldersBuried } from "../telemetry.js"
 import { makeWakeHub } from "../wake.js"
 import { makeDatabaseClock, measureOffset } from "./clock.js"
 import { makeExecutor, type PgExecutor } from "./executor.js"
+import { keepConnection } from "./keptConnection.js"
 import { startListener } from "./listener.js"
 import { makeAdminStorage } from "./adminStorage.js"
 import { makeLockStorage } from "./lockStorage.js"
@@ -220,15 +221,22 @@ const untilIdle = (executor: PgExecutor) =>
     Effect.withClock(realClock)
   )
 
-/** Migrates, then builds the engine and every mechanism over `client`. */
+/**
+ * Migrates, then builds the engine and every mechanism over `client`.
+ * `keep`: keep one connection of the pool for the statements outside a
+ * transaction (keptConnection.ts) — only in a pool the store owns.
+ */
 export const buildMechanisms = (
   client: PgClient.PgClient,
   settings: ResolvedSettings,
-  options: StoreSettings
+  options: StoreSettings,
+  keep = false
 ): Effect.Effect<Built, SqlError | MigrationError, Scope.Scope> =>
   Effect.gen(function*() {
     const instanceId = crypto.randomUUID()
-    const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""), { prepare: settings.prepare })
+    // Given back after `untilIdle` below (finalizers run in reverse): a statement still on it is let finish first.
+    const kept = keep ? yield* keepConnection(client) : undefined
+    const executor = yield* makeExecutor(client, instanceId.replaceAll("-", ""), { prepare: settings.prepare, kept })
     // Closed after the store's own work stopped (registered before it), and before a pool the store owns ends:
     // `pg-pool` drops the requests still waiting for a connection when it ends, never answering them, so an
     // operation in flight as the store closed (a consume, an enqueue) waited for ever. Bounded (real time).
@@ -289,6 +297,9 @@ const withClock = <E, R>(
 
 export interface PgStoreOptions extends StoreSettings, PgClient.PgClientConfig {}
 
+/** `pg-pool`'s own pool size when `maxConnections` is not given. */
+const defaultPoolSize = 10
+
 /** `PgStore.layer`'s pool's connect timeout when none is given. */
 const defaultConnectTimeout = Duration.seconds(5)
 
@@ -307,7 +318,10 @@ export const layer = (
     // A default connect timeout: without one a server that accepts a connection and never answers held the
     // start for ever (`PgClient.make`'s own 5 s timeout wraps an uninterruptible first query).
     const client = yield* PgClient.make({ ...options, connectTimeout: options.connectTimeout ?? defaultConnectTimeout })
-    const built = yield* buildMechanisms(client, settings, options)
+    // A kept connection leaves the pool one fewer for transactions: not in a pool of one or two, and not when
+    // connections are to be replaced after `connectionTTL` (a kept one would never be).
+    const keep = (max ?? defaultPoolSize) >= 3 && options.connectionTTL === undefined
+    const built = yield* buildMechanisms(client, settings, options, keep)
     // The pool is the store's: the application's `sql.withTransaction` on it is the store's transaction, as
     // on `SqliteStore.layer` — refused inside another client's transaction (`@effect/sql`'s own would send a
     // SAVEPOINT to that client's connection), a failed COMMIT a typed `SqlError`, wakes after the commit.
