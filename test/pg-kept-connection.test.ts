@@ -112,6 +112,36 @@ describe("PostgreSQL: the store's kept connection", () => {
       }).pipe(Effect.provide(store(url, pgSchemaFor(freshFile("kept-small")), 2)))
     }), { timeout: 30_000 })
 
+  it.live("operations interrupted at every step never leave it taken: later statements run on it again", () =>
+    Effect.gen(function*() {
+      const url = yield* Effect.promise(pgDatabaseUrl)
+      yield* Effect.gen(function*() {
+        const queues = yield* Queues.Queues
+        const queue = yield* queues.queue("swept")
+        yield* queue.enqueue({ n: 0 })
+        const stuck: Array<string> = []
+        const operations: ReadonlyArray<readonly [string, Effect.Effect<unknown, unknown>]> = [
+          ["enqueue", queue.enqueue({ n: 1 })],
+          ["stats", queue.stats],
+          ["setLimits (a transaction)", queues.setLimits("swept-limited", { concurrency: 2 })]
+        ]
+        for (const [name, operation] of operations) {
+          for (let k = 0; k <= 12; k++) {
+            const fiber = yield* Effect.fork(Effect.withMaxOpsBeforeYield(Effect.ignore(operation), 16))
+            for (let i = 0; i < k; i++) yield* Effect.yieldNow()
+            yield* Fiber.interrupt(fiber)
+            // its statement (if sent) answered, and any cancel of it too
+            yield* Effect.withClock(Effect.sleep(30), realClock)
+            const checkouts = yield* recording((_, checkouts) =>
+              Effect.as(Effect.forEach([1, 2], (n) => queue.enqueue({ n }), { discard: true }), checkouts)
+            )
+            if (checkouts.count > 0) stuck.push(`${name} k=${k}`)
+          }
+        }
+        expect(stuck).toEqual([])
+      }).pipe(Effect.provide(store(url, pgSchemaFor(freshFile("kept-swept")))))
+    }), { timeout: 60_000 })
+
   it.live("its backend terminated: the store goes on through the pool, keeps a new connection, and the process meets no unhandled error", () =>
     Effect.gen(function*() {
       const url = yield* Effect.promise(pgDatabaseUrl)

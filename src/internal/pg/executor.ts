@@ -4,7 +4,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Context, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
 import { inTurn } from "../savepointTurns.js"
 import { otherTransactionError } from "../transactionOwner.js"
-import type { Driver, KeptConnection } from "./keptConnection.js"
+import type { KeptConnection } from "./keptConnection.js"
 import type { SizeClasses } from "./planSize.js"
 import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
 
@@ -157,18 +157,25 @@ export const makeExecutor = (
 
     const { kept } = options
     /**
-     * A statement on the kept connection: one `Effect.async` whose driver
-     * callback counts the statement done, frees the connection and decodes
-     * the answer (no pool checkout, no `counted` wrapper). Counted in flight
-     * until the server answered, interrupted or not.
+     * A statement on the kept connection when it is free, else through the
+     * pool: one `Effect.async` whose driver callback counts the statement
+     * done, frees the connection and decodes the answer (no pool checkout, no
+     * `counted` wrapper). The connection is taken inside the registration, the
+     * statement sent in the same step: an interruption landing between a take
+     * and its statement would have left the connection busy for good.
+     * Counted in flight until the server answered, interrupted or not.
      */
-    const onKept = <A>(driver: Driver, text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+    const onKept = <A>(kept: KeptConnection, text: string, params: ReadonlyArray<Param>) =>
       Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
+        const driver = kept.take()
+        if (driver === undefined) {
+          resume(onPool !== undefined ? run<A>(onPool, text, params, true) : unsafe<A>(text, params))
+          return
+        }
         const statement = statements.statement(text, params)
-        inFlight++
-        driver.query(statement, params, (error, result) => {
+        const answered = (error: unknown, result: unknown) => {
           inFlight--
-          kept!.answered(driver)
+          kept.answered(driver)
           if (error === null || error === undefined) {
             // A text without parameters runs on the simple protocol, which answers a multi-statement text with
             // one result each (as @effect/sql-pg's own connection reads it).
@@ -183,9 +190,19 @@ export const makeExecutor = (
               ? Effect.zipRight(unprepare(failure), all<A>(text, params))
               : Effect.fail(failure)
           )
-        })
-        return kept!.cancel(driver)
+        }
+        inFlight++
+        try {
+          driver.query(statement, params, answered)
+        } catch (cause) {
+          answered(cause ?? new Error("the driver refused the statement"), undefined)
+          return
+        }
+        return kept.cancel(driver)
       })
+
+    const unsafe = <A>(text: string, params: ReadonlyArray<Param>) =>
+      counted(sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<ReadonlyArray<A>, SqlError>)
 
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
@@ -194,14 +211,9 @@ export const makeExecutor = (
         // Another client's transaction: neither joinable (another database) nor to be quietly
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
-        const driver = kept?.take()
-        if (driver !== undefined) return onKept<A>(driver, text, params)
+        if (kept !== undefined) return onKept<A>(kept, text, params)
         if (onPool !== undefined) return run<A>(onPool, text, params, true)
-        const statement = sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<
-          ReadonlyArray<A>,
-          SqlError
-        >
-        return counted(statement)
+        return unsafe<A>(text, params)
       })
 
     const openTransaction = (context: Context.Context<never>) => {
@@ -261,19 +273,22 @@ export const makeExecutor = (
      * transactions can still have as many open at once.
      */
     const reserveIn = (scope: Scope.Scope): Effect.Effect<Connection, SqlError> =>
-      Effect.suspend(() => {
-        const driver = kept?.take()
-        if (driver !== undefined) {
-          return Effect.as(
-            Scope.addFinalizer(scope, Effect.sync(() => kept!.answered(driver))),
-            new (Class as new(pg: unknown) => Connection)(driver)
-          )
-        }
-        return Effect.flatMap(
-          Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
-          Fiber.join
-        )
-      })
+      // The kept connection's take and its return in `scope` in one uninterruptible step.
+      Effect.uninterruptibleMask((restore) =>
+        Effect.suspend(() => {
+          const driver = kept?.take()
+          if (driver !== undefined) {
+            return Effect.as(
+              Scope.addFinalizer(scope, Effect.sync(() => kept!.answered(driver))),
+              new (Class as new(pg: unknown) => Connection)(driver)
+            )
+          }
+          return restore(Effect.flatMap(
+            Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
+            Fiber.join
+          ))
+        })
+      )
 
     /**
      * Unlike `@effect/sql`'s own, a failed BEGIN or COMMIT is the typed

@@ -29,7 +29,8 @@ const healthy = (driver: Driver) => driver._queryable !== false && driver._endin
  * enqueue's ~550 in a fresh process. The kept connection runs one statement
  * at a time and only when free: a statement that finds it busy goes through
  * the pool as before, so nothing waits for it and concurrency is unchanged.
- * Transactions always take their connection from the pool.
+ * A transaction takes it first when it is free (the pool is one short of
+ * `maxConnections` while a connection is kept), else one from the pool.
  *
  * A connection that broke is given back to the pool (which discards it) and
  * another is kept in the background; until then statements use the pool. A
