@@ -173,7 +173,9 @@ export const makeExecutor = (
           return
         }
         const statement = statements.statement(text, params)
+        let done = false
         const answered = (error: unknown, result: unknown) => {
+          done = true
           inFlight--
           kept.answered(driver)
           if (error === null || error === undefined) {
@@ -198,7 +200,8 @@ export const makeExecutor = (
           answered(cause ?? new Error("the driver refused the statement"), undefined)
           return
         }
-        return kept.cancel(driver)
+        // Once answered, the connection may already run another statement: a cancel now would stop that one.
+        return Effect.suspend(() => (done ? Effect.void : kept.cancel(driver)))
       })
 
     const unsafe = <A>(text: string, params: ReadonlyArray<Param>) =>

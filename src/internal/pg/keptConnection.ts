@@ -44,7 +44,11 @@ export interface KeptConnection {
   readonly take: () => Driver | undefined
   /** The statement run on `driver` (from `take`) was answered. */
   readonly answered: (driver: Driver) => void
-  /** Cancels the statement still running on `driver`, as an interrupted statement's canceler. */
+  /**
+   * Cancels the statement running on `driver`, as an interrupted statement's
+   * canceler. Only for a statement not yet answered: once answered, the
+   * connection may run another one, which this would stop.
+   */
   readonly cancel: (driver: Driver) => Effect.Effect<void>
 }
 
