@@ -318,8 +318,8 @@ export const layer = (
     // A default connect timeout: without one a server that accepts a connection and never answers held the
     // start for ever (`PgClient.make`'s own 5 s timeout wraps an uninterruptible first query).
     const client = yield* PgClient.make({ ...options, connectTimeout: options.connectTimeout ?? defaultConnectTimeout })
-    // A kept connection leaves the pool one fewer for transactions: not in a pool of one or two, and not when
-    // connections are to be replaced after `connectionTTL` (a kept one would never be).
+    // While the kept connection runs a statement, a transaction that starts takes one of the others: not in a
+    // pool of one or two, and not when connections are to be replaced after `connectionTTL` (a kept one never is).
     const keep = (max ?? defaultPoolSize) >= 3 && options.connectionTTL === undefined
     const built = yield* buildMechanisms(client, settings, options, keep)
     // The pool is the store's: the application's `sql.withTransaction` on it is the store's transaction, as
