@@ -307,7 +307,9 @@ export const makeExecutor = (
           if (open !== undefined && isMine(open[0])) return savepoint(context, open, effect, restore)
           if (open !== undefined) return Effect.fail(otherTransactionError())
           return Effect.flatMap(Scope.make(), (scope) => {
-            const body = Effect.flatMap(restore(reserveIn(scope)), (conn) => {
+            // The wait for a connection counts as in flight: a new one is a TCP connect and a login away (the
+            // store's close, and tests that settle until nothing is in flight, wait for it).
+            const body = Effect.flatMap(restore(counted(reserveIn(scope))), (conn) => {
               const hooks: Array<() => void> = []
               const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
                 Context.add(Hooks, hooks)
