@@ -33,7 +33,7 @@ export interface PgExecutor {
   /** The hooks the store's transaction open in `context` runs once it commits (`undefined` outside one). */
   readonly commitHooks: (context: Context.Context<never>) => Array<() => void> | undefined
   readonly client: SqlClient.SqlClient
-  /** Statements (BEGIN and COMMIT included) on their way to the server now. */
+  /** Statements (BEGIN and COMMIT included) on their way to the server now, and transactions waiting for a connection. */
   readonly inFlight: () => number
   /**
    * The engine tables' size classes now (src/internal/pg/planSize.ts): from
