@@ -81,15 +81,17 @@ const until = (condition: () => boolean, millis = 5_000) =>
   })
 
 /**
- * The connection is kept in the background as the store starts: enqueues until one runs with no pool checkout
- * (for at most 5 s of real time); how many it made.
+ * Enqueues until one runs on the kept connection (no pool checkout), for at most `millis` of real time: the
+ * connection is kept in the background as the store starts, and is free again once a statement interrupted on
+ * it (and any cancel of it) has answered. How many enqueues it made, and whether the last one ran there.
  */
-const untilKept = (queue: Queues.Queue<unknown>) =>
+const untilKept = (queue: Queues.Queue<unknown>, millis = 5_000) =>
   Effect.gen(function*() {
-    const deadline = realClock.unsafeCurrentTimeMillis() + 5_000
+    const deadline = realClock.unsafeCurrentTimeMillis() + millis
     for (let made = 1;; made++) {
       const checkouts = yield* recording((_, checkouts) => Effect.as(queue.enqueue({ n: -made }), checkouts))
-      if (checkouts.count === 0 || realClock.unsafeCurrentTimeMillis() > deadline) return made
+      if (checkouts.count === 0) return { made, kept: true }
+      if (realClock.unsafeCurrentTimeMillis() > deadline) return { made, kept: false }
       yield* Effect.withClock(Effect.sleep(10), realClock)
     }
   })
@@ -144,16 +146,8 @@ describe("PostgreSQL: the store's kept connection", () => {
             const fiber = yield* Effect.fork(Effect.withMaxOpsBeforeYield(Effect.ignore(operation), 16))
             for (let i = 0; i < k; i++) yield* Effect.yieldNow()
             yield* Fiber.interrupt(fiber)
-            // Once its statement (if sent) and any cancel of it have answered, an enqueue runs on the kept
-            // connection again, with no pool checkout; taken for good, every later one goes through the pool.
-            let free = false
-            const deadline = realClock.unsafeCurrentTimeMillis() + 3_000
-            while (!free && realClock.unsafeCurrentTimeMillis() < deadline) {
-              const checkouts = yield* recording((_, checkouts) => Effect.as(queue.enqueue({ n: k }), checkouts))
-              free = checkouts.count === 0
-              if (!free) yield* Effect.withClock(Effect.sleep(20), realClock)
-            }
-            if (!free) stuck.push(`${name} k=${k}`)
+            // taken for good, every later enqueue goes through the pool
+            if (!(yield* untilKept(queue, 3_000)).kept) stuck.push(`${name} k=${k}`)
           }
         }
         expect(stuck).toEqual([])
@@ -200,7 +194,7 @@ describe("PostgreSQL: the store's kept connection", () => {
       yield* Effect.gen(function*() {
         const locks = yield* Locks.Locks
         const queue = yield* (yield* Queues.Queues).queue("beside")
-        const made = yield* untilKept(queue)
+        const { made } = yield* untilKept(queue)
         const app = new Pg.Client({ connectionString: url })
         yield* Effect.promise(() => app.connect())
         yield* Effect.promise(() => app.query("BEGIN"))

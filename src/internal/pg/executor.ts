@@ -149,11 +149,14 @@ export const makeExecutor = (
       >
       if (statement === text) return attempt
       return Effect.catchIf(attempt, lostPreparedStatement, (error) =>
-        Effect.zipRight(
-          unprepare(error),
-          again ? run<A>(conn, text, params, false) : Effect.fail(error)
-        ))
+        unpreparedAgain(error, again ? () => run<A>(conn, text, params, false) : undefined))
     }
+    /**
+     * After a named statement the session did not keep: unprepared from now on, then `again` (else the error).
+     * `again` is made only after the switch, so it is built as the unprepared statement.
+     */
+    const unpreparedAgain = <A>(error: SqlError, again: (() => Effect.Effect<A, SqlError>) | undefined) =>
+      Effect.zipRight(unprepare(error), Effect.suspend(() => again?.() ?? Effect.fail(error)))
 
     const { kept } = options
     /**
@@ -189,7 +192,7 @@ export const makeExecutor = (
           const failure = new SqlError({ cause: error, message: "Failed to execute statement" })
           resume(
             statement !== text && lostPreparedStatement(failure)
-              ? Effect.zipRight(unprepare(failure), all<A>(text, params))
+              ? unpreparedAgain(failure, () => all<A>(text, params))
               : Effect.fail(failure)
           )
         }
