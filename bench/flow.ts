@@ -12,21 +12,30 @@
  * FLOW_ANALYZE=1: ANALYZE after filling (PostgreSQL: the jobs table, steady-state plans; SQLite: the file).
  * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
  * alternating chunks of 100 claim → ack pairs, CPU time summed per side: the ratio a loaded machine disturbs least.
- * Prints a Markdown table (docs/benchmarks.md, section "Flow control").
+ * Prints a Markdown table. A run with none of these set writes it, with its verdicts, as its engine's section of
+ * docs/benchmarks.md ("Flow control (issue 13)", bench/sections.ts; FLOW_OUT=dir writes that dir's benchmarks.md
+ * instead); the earlier runs and their analysis are in docs/benchmarks-flow.md.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import { PgStore, Queues, SqliteStore } from "../src/index.js"
 import { admin, startServer } from "./pg/cluster.js"
+import { spliceSection } from "./sections.js"
 
 const pg = process.argv.includes("--pg")
 const ROUNDS = Number(process.env.FLOW_ROUNDS ?? 5)
 const OPS = Number(process.env.FLOW_OPS ?? (pg ? 1000 : 2000))
 const WARMUP = 200
 const JOBS = Number(process.env.FLOW_JOBS ?? 20_000)
+/** Issue 13's target: a limited claim+ack costs at most this many times an unlimited one. */
+const TARGET = 1.5
+/** A run as `npm run bench` makes it (no setting changed) is the record: it writes its section of the docs. */
+const recorded = ["FLOW_ROUNDS", "FLOW_OPS", "FLOW_JOBS", "FLOW_SCENARIOS", "FLOW_ANALYZE", "FLOW_PAIRED"]
+  .every((name) => process.env[name] === undefined)
 
 interface Scenario {
   readonly id: string
@@ -223,22 +232,59 @@ const main = async () => {
     fs.rmSync(dir, { recursive: true, force: true })
   }
   const load = os.loadavg()[0]!.toFixed(2)
+  const at = new Date().toISOString().slice(0, 16).replace("T", " ")
+  const engine = pg ? "PostgreSQL" : "SQLite (SqliteStore.layer, WAL file)"
+  const spread = (r: ReadonlyArray<number>) => `${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})`
+  const header = `| scenario | claim+ack/s (median) | wall-time cost vs. no limits | ${pg ? "client " : ""}CPU µs per claim+ack (median) | ${pg ? "client " : ""}CPU cost vs. no limits |`
+  const row = (s: Scenario) =>
+    `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${spread(ratios.get(s.id)!)} | ` +
+    `${median(cpus.get(s.id)!).toFixed(1)} | ${spread(cpuRatios.get(s.id)!)} |`
   const lines = [
-    `Engine: ${pg ? "PostgreSQL" : "SQLite (SqliteStore.layer, WAL file)"}; ${ROUNDS} interleaved rounds; ${JOBS} due jobs; ` +
+    `Engine: ${engine}; ${ROUNDS} interleaved rounds; ${JOBS} due jobs; ` +
     `${OPS} timed claim → ack pairs after ${WARMUP} untimed; 1-minute load average at the end ${load} on ${os.cpus().length} cores; ` +
-    `${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`,
+    `${at} UTC.`,
     "",
-    `| scenario | claim+ack/s (median) | wall-time cost vs. no limits | ${pg ? "client " : ""}CPU µs per claim+ack (median) | ${pg ? "client " : ""}CPU cost vs. no limits |`,
+    header,
     "| --- | ---: | ---: | ---: | ---: |",
-    ...scenarios.map((s) => {
-      const spread = (r: ReadonlyArray<number>) => `${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})`
-      return `| ${s.title} | ${median(results.get(s.id)!).toFixed(0)} | ${spread(ratios.get(s.id)!)} | ` +
-        `${median(cpus.get(s.id)!).toFixed(1)} | ${spread(cpuRatios.get(s.id)!)} |`
-    }),
+    ...scenarios.map(row),
     "",
     "Ratios: the median over rounds of each round's ratio to that round's baseline (min–max in brackets)."
   ]
   process.stdout.write(lines.join("\n") + "\n")
+  if (recorded || process.env.FLOW_OUT !== undefined) {
+    const dir = path.resolve(process.env.FLOW_OUT ?? path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "docs"))
+    const file = path.join(dir, "benchmarks.md")
+    const doc = fs.existsSync(file) ? fs.readFileSync(file, "utf8") : "# Benchmarks\n"
+    fs.writeFileSync(file, spliceSection(doc, `flow-bench-${pg ? "pg" : "sqlite"}`, "bench/flow.ts", flowSection(lines, ratios, engine)))
+    process.stdout.write(`wrote ${file} (section "Flow control (issue 13): ${pg ? "PostgreSQL" : "SQLite"}")\n`)
+  }
+}
+
+/** The engine's section of docs/benchmarks.md: the run's table, with each scenario's verdict against the target. */
+const flowSection = (lines: ReadonlyArray<string>, ratios: ReadonlyMap<string, ReadonlyArray<number>>, engine: string) => {
+  const limited = scenarios.filter((s) => s.id !== "unlimited")
+  const verdicts = limited.map((s) => {
+    const wall = median(ratios.get(s.id)!)
+    return `| ${s.title} | ${wall.toFixed(2)}× | ≤ ${TARGET}× | ${wall <= TARGET ? "PASS" : `FAIL by ${(wall - TARGET).toFixed(2)}×`} |`
+  })
+  const groups = ["limited-1", "limited-100", "limited-10k"].filter((id) => ratios.has(id)).map((id) => median(ratios.get(id)!))
+  return `## Flow control (issue 13): ${pg ? "PostgreSQL" : "SQLite"}
+
+Generated by \`tsx bench/flow.ts${pg ? " --pg" : ""}\` (a step of \`npm run bench\` and \`npm run bench:flow\`${pg ? ", and of \`npm run bench:pg\`" : ""}).
+${engine}: one claim → ack loop (\`claim\`, then \`handle.ack\`: two write transactions per job) over ${JOBS} due jobs, on
+a queue without limits (the baseline) and on queues with limits whose due work is spread over 1, 100 and 10 000
+groups; every scenario once per round on a fresh database, the order rotating per round. Earlier runs, paired
+runs in one process and what each change did: [benchmarks-flow.md](benchmarks-flow.md).
+
+${lines.join("\n")}
+
+Issue 13's target: a limited claim+ack at most ${TARGET}× an unlimited one (wall time, the median of the rounds' ratios), flat
+in the number of groups.
+
+| scenario | wall-time cost vs. no limits | target | verdict |
+| --- | ---: | --- | --- |
+${verdicts.join("\n")}
+${groups.length === 3 ? `\nFlat in the number of groups: 1, 100 and 10 000 groups under the same limits cost ${groups.map((g) => `${g.toFixed(2)}×`).join(", ")} (spread ${(Math.max(...groups) - Math.min(...groups)).toFixed(2)}×).\n` : ""}`
 }
 
 main().catch((error) => {

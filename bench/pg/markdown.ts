@@ -1,7 +1,8 @@
 /**
  * The PostgreSQL section of docs/benchmarks.md. It lives between two marker
- * comments so the SQLite bench (bench/run.ts), which writes the rest of the
- * file, can keep it, and this bench can replace it without touching the rest.
+ * comments (bench/sections.ts) so the SQLite bench (bench/run.ts), which
+ * writes the rest of the file, keeps it, and this bench can replace it
+ * without touching the rest.
  */
 import { readFileSync } from "node:fs"
 import os from "node:os"
@@ -13,25 +14,9 @@ import type { PgSample } from "./report.js"
 import { flatnessRows, resultRows, scalingRows, targetRows } from "./report.js"
 import type { PgContender, PgSizes, PgWorkloadDef } from "./workloads.js"
 
-export const SECTION_START = "<!-- pg-bench:start (written by bench/pg/run.ts) -->"
-export const SECTION_END = "<!-- pg-bench:end -->"
-
-/** `doc` with its PostgreSQL section replaced by `section` (appended when it has none). */
-export const spliceSection = (doc: string, section: string): string => {
-  const block = `${SECTION_START}\n${section.trim()}\n${SECTION_END}`
-  const a = doc.indexOf(SECTION_START)
-  const b = doc.indexOf(SECTION_END)
-  if (a >= 0 && b > a) return `${doc.slice(0, a)}${block}${doc.slice(b + SECTION_END.length)}`
-  return `${doc.trimEnd()}\n\n${block}\n`
-}
-
-/** `fresh` (a newly written benchmarks.md) with the PostgreSQL section of `old` kept, if it had one. */
-export const keepPgSection = (old: string, fresh: string): string => {
-  const a = old.indexOf(SECTION_START)
-  const b = old.indexOf(SECTION_END)
-  if (a < 0 || b < a) return fresh
-  return spliceSection(fresh, old.slice(a + SECTION_START.length, b))
-}
+/** The section's name in docs/benchmarks.md (bench/sections.ts). */
+export const PG_SECTION = "pg-bench"
+export const PG_WRITER = "bench/pg/run.ts"
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..")
 const version = (rel: string): string | undefined => {

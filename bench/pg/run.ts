@@ -13,7 +13,8 @@
  * the SQLite section is left alone) and docs/benchmarks-pg.svg.
  *
  * Environment:
- *   BENCH_REPS=n          rounds (default 3; 1 with BENCH_QUICK)
+ *   BENCH_REPS=n          rounds (default 5; 1 with BENCH_QUICK): with 3, a paired median
+ *                         moved a row's verdict against a peer by 0.01–0.02× from run to run
  *   BENCH_HEAVY_REPS=n    rounds that also run claim-1m (default 1)
  *   BENCH_QUICK=1         small sizes, for a smoke run
  *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added)
@@ -34,7 +35,8 @@ import { percentile, textTable } from "../report.js"
 import type { PgChildResult } from "./child.js"
 import { admin, readSettings, startServer } from "./cluster.js"
 import { PG_CONTENDER_NAMES, loadPgContender } from "./contenders/index.js"
-import { pgMarkdown, spliceSection } from "./markdown.js"
+import { spliceSection } from "../sections.js"
+import { PG_SECTION, PG_WRITER, pgMarkdown } from "./markdown.js"
 import type { PgSample } from "./report.js"
 import { pgRatiosSvg, resultRows } from "./report.js"
 import type { PgContender, PgSizes, PgWorkloadDef, PgWorkloadId } from "./workloads.js"
@@ -45,7 +47,7 @@ const BENCH_DIR = path.resolve(PG_DIR, "..")
 const ROOT = path.resolve(BENCH_DIR, "..")
 const env = process.env
 const QUICK = env.BENCH_QUICK === "1"
-const REPS = Number(env.BENCH_REPS ?? (QUICK ? 1 : 3))
+const REPS = Number(env.BENCH_REPS ?? (QUICK ? 1 : 5))
 const HEAVY_REPS = Math.min(REPS, Number(env.BENCH_HEAVY_REPS ?? 1))
 const TIMEOUT_MS = Number(env.BENCH_TIMEOUT_S ?? 300) * 1000
 const SIZES: PgSizes = QUICK ? QUICK_SIZES : FULL_SIZES
@@ -201,7 +203,7 @@ const render = async (data: Rendered) => {
     ].filter(Boolean).join(" ")
   })
   const md = path.join(dir, "benchmarks.md")
-  writeFileSync(md, spliceSection(existsSync(md) ? readFileSync(md, "utf8") : "# Benchmarks\n", section))
+  writeFileSync(md, spliceSection(existsSync(md) ? readFileSync(md, "utf8") : "# Benchmarks\n", PG_SECTION, PG_WRITER, section))
   writeFileSync(path.join(dir, "benchmarks-pg-samples.json"), `${JSON.stringify(data, null, 1)}\n`)
   const table = resultRows(data.samples, workloads, contenders, unavailable)
   console.log(`\n${textTable(table.header, table.rows)}\n\nwrote ${md} (section "PostgreSQL") and ${path.join(dir, svgName)}`)
