@@ -1,7 +1,6 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Data, Effect, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
-import * as PgStore from "../../PgStore.js"
 import * as SqliteStore from "../../SqliteStore.js"
 
 /**
@@ -83,7 +82,10 @@ export const storeLayer = (target: Target, options: { readonly create: boolean }
     }
     case "postgres":
       // A server that cannot be reached (or refuses the login) fails here, at connect, as DatabaseUnavailable.
-      return PgStore.layer({ url: Redacted.make(target.url) }).pipe(
+      // The engine is loaded for a PostgreSQL target only: its driver is ~70 ms of every command's start.
+      return Layer.unwrapEffect(
+        Effect.map(Effect.promise(() => import("../../PgStore.js")), (PgStore) => PgStore.layer({ url: Redacted.make(target.url) }))
+      ).pipe(
         Layer.catchAll((error) => Layer.fail(new DatabaseUnavailable({ target: name, reason: reasonOf(error) })))
       )
   }
