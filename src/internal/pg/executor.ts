@@ -172,7 +172,7 @@ export const makeExecutor = (
       Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
         const driver = kept.take()
         if (driver === undefined) {
-          resume(onPool !== undefined ? run<A>(onPool, text, params, true) : unsafe<A>(text, params))
+          resume(viaPool<A>(text, params))
           return
         }
         const statement = statements.statement(text, params)
@@ -207,8 +207,11 @@ export const makeExecutor = (
         return Effect.suspend(() => (done ? Effect.void : kept.cancel(driver)))
       })
 
-    const unsafe = <A>(text: string, params: ReadonlyArray<Param>) =>
-      counted(sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<ReadonlyArray<A>, SqlError>)
+    /** A statement outside a transaction through the pool: named on a pooled connection, else `sql.unsafe`. */
+    const viaPool = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+      onPool !== undefined
+        ? run<A>(onPool, text, params, true)
+        : counted(sql.unsafe<A & object>(text, params as Array<Param>) as unknown as Effect.Effect<ReadonlyArray<A>, SqlError>)
 
     const all = <A>(text: string, params: ReadonlyArray<Param>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
@@ -217,9 +220,7 @@ export const makeExecutor = (
         // Another client's transaction: neither joinable (another database) nor to be quietly
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
-        if (kept !== undefined) return onKept<A>(kept, text, params)
-        if (onPool !== undefined) return run<A>(onPool, text, params, true)
-        return unsafe<A>(text, params)
+        return kept !== undefined ? onKept<A>(kept, text, params) : viaPool<A>(text, params)
       })
 
     const openTransaction = (context: Context.Context<never>) => {
