@@ -1,6 +1,7 @@
 /**
- * Running the `alkstore` CLI and the seed script as real child processes
- * (compiled from the sources) for the CLI, watch and dashboard tests.
+ * Running the `alkstore` CLI (bundled as shipped) and the seed script
+ * (compiled from the sources) as real child processes, for the CLI, watch and
+ * dashboard tests.
  */
 import * as esbuild from "esbuild"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -8,6 +9,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { bundleCli } from "../scripts/bundle-cli.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 
@@ -35,8 +37,14 @@ const listTs = (dir: string): Array<string> =>
     entry.isDirectory() ? listTs(path.join(dir, entry.name)) : entry.name.endsWith(".ts") ? [path.join(dir, entry.name)] : []
   )
 
-/** The compiled CLI entry point. */
-export const cliEntry = () => path.join(compiled(), "src", "bin", "alkstore.js")
+/**
+ * The CLI as shipped: bundled by the package build's own function (scripts/bundle-cli.ts), once per test
+ * file, beside the compiled sources (under node_modules, so better-sqlite3 resolves).
+ */
+export const cliEntry = (() => {
+  let entry: string | undefined
+  return () => (entry ??= bundleCli(path.join(compiled(), "bundle")))
+})()
 const seedScript = () => path.join(compiled(), "test", "fixtures", "seed-ops.js")
 
 /** `node <script> …args` as argv, for spawning or a terminal command line. */

@@ -119,7 +119,7 @@ beforeAll(async () => {
   // 1. A copy of what `npm pack` reads, packed there (its prepack builds dist/ in the copy).
   const pkg = path.join(base, "pkg")
   fs.mkdirSync(pkg)
-  for (const entry of ["package.json", "README.md", ".gitignore", "tsconfig.json", "tsconfig.build.json", "src", "docs"]) {
+  for (const entry of ["package.json", "README.md", ".gitignore", "tsconfig.json", "tsconfig.build.json", "scripts", "src", "docs"]) {
     fs.cpSync(path.join(root, entry), path.join(pkg, entry), { recursive: true })
   }
   fs.symlinkSync(path.join(root, "node_modules"), path.join(pkg, "node_modules"), "dir")

@@ -57,13 +57,21 @@ const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>, options: { reado
     }))
 }
 
-/** The package's version: src/internal/cli and dist/internal/cli both sit three levels below package.json. */
+/**
+ * The package's version, from the nearest package.json named `alkstore` above this module: it sits three
+ * levels below it as a source (src/internal/cli) and two or three as the shipped bundle (dist/bin and its
+ * chunks, scripts/bundle-cli.mjs).
+ */
 const version = (() => {
-  try {
-    return (JSON.parse(fs.readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version?: string }).version ?? "unknown"
-  } catch {
-    return "unknown"
+  for (let dir = new URL(".", import.meta.url), up = 0; up < 6; dir = new URL("..", dir), up++) {
+    try {
+      const manifest = JSON.parse(fs.readFileSync(new URL("package.json", dir), "utf8")) as { name?: string; version?: string }
+      if (manifest.name === "alkstore") return manifest.version ?? "unknown"
+    } catch {
+      // no package.json here, or not JSON: look further up
+    }
   }
+  return "unknown"
 })()
 
 const cli = Command.run(root, { name: "alkstore", version })
