@@ -25,6 +25,7 @@ import { afterAll } from "vitest"
 import { PgStore } from "../src/index.js"
 import {
   freshFile,
+  nextSchemas,
   pgDatabaseUrl,
   pgSchemaFor,
   pgSettings,
@@ -42,14 +43,16 @@ import { startBouncer, type Bouncer } from "./support/pgbouncer.js"
 
 // Server connections per schema: fewer than a store's pool, so its connections' statements move between them.
 const serverConnections = 3
+// One PgBouncer database for each schema this file's stores will be given: pgSchemaFor numbers them t1, t2, …
+// on from the files that ran before in this worker, so the names are taken as the file loads.
+const schemasOfThisFile = nextSchemas(300)
 let bouncer: Promise<Bouncer> | undefined
 const bouncerUp = () =>
   (bouncer ??= pgDatabaseUrl().then((url) =>
     startBouncer({
       serverUrl: url,
       database: new URL(url).pathname.slice(1),
-      // pgSchemaFor names a file's schemas t1, t2, ...: one PgBouncer database each
-      schemas: Array.from({ length: 300 }, (_, i) => `t${i + 1}`),
+      schemas: schemasOfThisFile,
       poolSize: serverConnections
     })
   ))

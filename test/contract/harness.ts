@@ -9,7 +9,7 @@ import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Effect, Layer, Redacted } from "effect"
 import Pg from "pg"
 import { pgTestTypes } from "../fixtures/types.js"
-import { afterAll, inject } from "vitest"
+import { inject } from "vitest"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -37,10 +37,12 @@ export interface EngineUnderTest {
   readonly capabilities: { readonly sqliteFile: boolean; readonly postgres: boolean }
 }
 
+// One per test process. Test files share their worker's modules (`isolate: false`, vitest.config.ts): this
+// module's state (the directory, the database below, the schema names) lives as long as the worker, so none of
+// it is cleaned up per file — a file's stores are closed by their scopes, and names never repeat.
 let counter = 0
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-test-"))
-// Registered on the importing test file: its stores are closed by their scopes by then.
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }))
 
 /** A database file path no other test uses. */
 export const freshFile = (label = "db") => path.join(dir, `${process.pid}-${++counter}-${label}.db`)
@@ -77,7 +79,7 @@ export const sqliteFromClient: EngineUnderTest = {
     )
 }
 
-// ---- PostgreSQL: one fresh database per test file, one fresh schema per store (per `filename`).
+// ---- PostgreSQL: one fresh database per test process, one fresh schema per store (per `filename`).
 
 /** The server the global setup started (or ALKSTORE_PG_URL). */
 export const pgServerUrl = inject("pgUrl")
@@ -89,7 +91,8 @@ const urlWith = (base: string, changes: { database?: string; searchPath?: string
   return url.toString()
 }
 
-const testDatabase = `alkstore_test_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+/** This run's databases start with this name; the global setup drops them at the end (pg-global-setup.ts). */
+const testDatabase = `${inject("pgDatabasePrefix")}${process.pid}_${Math.random().toString(36).slice(2, 8)}`
 let databaseCreated: Promise<void> | undefined
 const admin = async <A>(f: (client: Pg.Client) => Promise<A>) => {
   const client = new Pg.Client({ connectionString: pgServerUrl })
@@ -100,7 +103,7 @@ const admin = async <A>(f: (client: Pg.Client) => Promise<A>) => {
     await client.end()
   }
 }
-/** The file's database, created on first use (files that never use PostgreSQL create none). */
+/** The test process's database, created on first use (a process that never uses PostgreSQL creates none). */
 export const pgDatabaseUrl = async () => {
   databaseCreated ??= admin(async (c) => {
     await c.query(`CREATE DATABASE ${testDatabase}`)
@@ -108,12 +111,6 @@ export const pgDatabaseUrl = async () => {
   await databaseCreated
   return urlWith(pgServerUrl, { database: testDatabase })
 }
-afterAll(async () => {
-  if (databaseCreated === undefined) return
-  await databaseCreated.catch(() => {})
-  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${testDatabase} WITH (FORCE)`))
-})
-
 const schemas = new Map<string, string>()
 /** The schema a `filename` names (a fresh one when none is given). */
 export const pgSchemaFor = (filename: string = freshFile()) => {
@@ -124,6 +121,10 @@ export const pgSchemaFor = (filename: string = freshFile()) => {
   }
   return schema
 }
+
+/** The names of the next `count` schemas `pgSchemaFor` will hand out (a pooler set up before its stores). */
+export const nextSchemas = (count: number): ReadonlyArray<string> =>
+  Array.from({ length: count }, (_, i) => `t${schemas.size + 1 + i}`)
 
 /**
  * The contract tests read engine tables with plain SQL (`__alkstore_jobs`):
