@@ -13,13 +13,16 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     // Boots a throw-away PostgreSQL cluster unless ALKSTORE_PG_URL is set; fails the run if it cannot.
     globalSetup: ["test/support/pg-global-setup.ts"],
+    // Per test file: its PostgreSQL database dropped after it (files share their worker's modules, below).
+    setupFiles: ["test/support/per-file.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
     // A worker runs file after file with the modules it already loaded (Effect, the drivers, the sources): a
     // fresh process per file spent ~1.6 s of CPU per file loading them (230 s of a 890 s run on 2 cores; the
     // whole run took 670 s without). State the test support keeps per module lives as long as the worker
-    // (test/contract/harness.ts: its directory, its database, its schema names), never per file.
+    // (test/contract/harness.ts: its directory, its schema names); what is per file is set up per file
+    // (test/support/per-file.ts: each file's PostgreSQL database).
     isolate: false,
     // Most of the suite waits (on child processes, PostgreSQL, real-time cross-process checks): one worker left a
     // 2-core machine 75 % idle for ~13 minutes. vitest's default is one worker per core but one; two at least

@@ -38,8 +38,8 @@ export interface EngineUnderTest {
 }
 
 // One per test process. Test files share their worker's modules (`isolate: false`, vitest.config.ts): this
-// module's state (the directory, the database below, the schema names) lives as long as the worker, so none of
-// it is cleaned up per file — a file's stores are closed by their scopes, and names never repeat.
+// module's state lives as long as the worker; file names and schema names never repeat in it, and the
+// PostgreSQL database is the one thing made per file (below).
 let counter = 0
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-test-"))
 process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }))
@@ -79,7 +79,7 @@ export const sqliteFromClient: EngineUnderTest = {
     )
 }
 
-// ---- PostgreSQL: one fresh database per test process, one fresh schema per store (per `filename`).
+// ---- PostgreSQL: one fresh database per test file, one fresh schema per store (per `filename`).
 
 /** The server the global setup started (or ALKSTORE_PG_URL). */
 export const pgServerUrl = inject("pgUrl")
@@ -91,8 +91,12 @@ const urlWith = (base: string, changes: { database?: string; searchPath?: string
   return url.toString()
 }
 
-/** This run's databases start with this name; the global setup drops them at the end (pg-global-setup.ts). */
-const testDatabase = `${inject("pgDatabasePrefix")}${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+// Each test file gets a database of its own (a store on the default schema sees no other file's rows), made on
+// its first use and dropped after the file (`endFileDatabase`). Names start with the run's prefix: the global
+// setup drops whatever a crashed process left (pg-global-setup.ts).
+let files = 0
+const databaseName = () => `${inject("pgDatabasePrefix")}${process.pid}_${++files}`
+let testDatabase = databaseName()
 let databaseCreated: Promise<void> | undefined
 const admin = async <A>(f: (client: Pg.Client) => Promise<A>) => {
   const client = new Pg.Client({ connectionString: pgServerUrl })
@@ -103,7 +107,7 @@ const admin = async <A>(f: (client: Pg.Client) => Promise<A>) => {
     await client.end()
   }
 }
-/** The test process's database, created on first use (a process that never uses PostgreSQL creates none). */
+/** The test file's database, created on first use (a file that never uses PostgreSQL creates none). */
 export const pgDatabaseUrl = async () => {
   databaseCreated ??= admin(async (c) => {
     await c.query(`CREATE DATABASE ${testDatabase}`)
@@ -111,6 +115,20 @@ export const pgDatabaseUrl = async () => {
   await databaseCreated
   return urlWith(pgServerUrl, { database: testDatabase })
 }
+/**
+ * Drops the test file's database, if it made one; the next file makes its own. Run after every test file
+ * by test/support/per-file.ts (a hook registered here would run after the first importing file only).
+ */
+export const endFileDatabase = async () => {
+  const created = databaseCreated
+  const name = testDatabase
+  databaseCreated = undefined
+  testDatabase = databaseName()
+  if (created === undefined) return
+  await created.catch(() => {})
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+}
+
 const schemas = new Map<string, string>()
 /** The schema a `filename` names (a fresh one when none is given). */
 export const pgSchemaFor = (filename: string = freshFile()) => {
