@@ -19,9 +19,9 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: "forks",
     // A worker runs file after file with the modules it already loaded (Effect, the drivers, the sources): a
-    // fresh process per file spent ~1.6 s of CPU per file loading them (230 s of a 890 s run on 2 cores; the
-    // whole run took 670 s without). State the test support keeps per module lives as long as the worker
-    // (test/contract/harness.ts: its directory, its schema names); what is per file is set up per file
+    // fresh process per file spent ~1.6 s of CPU per file loading them (231 s of CPU in a run of 891 s on
+    // 2 cores; the same run took 690 s without). State the test support keeps per module lives as long as the
+    // worker (test/contract/harness.ts: its directory, its schema names); what is per file is set up per file
     // (test/support/per-file.ts: each file's PostgreSQL database).
     isolate: false,
     // Most of the suite waits (on child processes, PostgreSQL, real-time cross-process checks): one worker left a

@@ -60,7 +60,7 @@ const withPlainText = <A, E, R>(effect: Effect.Effect<A, E, R>, options: { reado
 /**
  * The package's version, from the nearest package.json named `alkstore` above this module: it sits three
  * levels below it as a source (src/internal/cli) and two or three as the shipped bundle (dist/bin and its
- * chunks, scripts/bundle-cli.mjs).
+ * chunks, scripts/bundle-cli.ts).
  */
 const version = (() => {
   for (let dir = new URL(".", import.meta.url), up = 0; up < 6; dir = new URL("..", dir), up++) {
