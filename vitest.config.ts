@@ -13,7 +13,7 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     // Boots a throw-away PostgreSQL cluster unless ALKSTORE_PG_URL is set; fails the run if it cannot.
     globalSetup: ["test/support/pg-global-setup.ts"],
-    // Per test file: its PostgreSQL database dropped after it (files share their worker's modules, below).
+    // Per test file: what the test support made for it removed after it (files share their worker's modules).
     setupFiles: ["test/support/per-file.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
@@ -21,8 +21,8 @@ export default defineConfig({
     // A worker runs file after file with the modules it already loaded (Effect, the drivers, the sources): a
     // fresh process per file spent ~1.6 s of CPU per file loading them (231 s of CPU in a run of 891 s on
     // 2 cores; the same run took 690 s without). State the test support keeps per module lives as long as the
-    // worker (test/contract/harness.ts: its directory, its schema names); what is per file is set up per file
-    // (test/support/per-file.ts: each file's PostgreSQL database).
+    // worker (test/contract/harness.ts: its counters and names); what is per file is removed per file
+    // (test/support/per-file.ts: the file's database files, PostgreSQL database and CLI build).
     isolate: false,
     // Most of the suite waits (on child processes, PostgreSQL, real-time cross-process checks): one worker left a
     // 2-core machine 75 % idle for ~13 minutes. vitest's default is one worker per core but one; two at least

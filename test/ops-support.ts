@@ -18,19 +18,17 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
  * check: milliseconds), under node_modules so packages resolve as from the
  * repository. A child then starts in plain node, without a loader hook on
  * every module it imports (half the start-up time on a busy machine).
+ * Removed after the file (`endTestFileBuilds`, test/support/per-file.ts).
  */
-const compiled = (() => {
-  let outdir: string | undefined
-  return () => {
-    if (outdir !== undefined) return outdir
-    const target = path.join(root, "node_modules", ".cache", `alkstore-ops-${process.pid}`)
-    const entries = [...listTs(path.join(root, "src")), path.join(root, "test", "fixtures", "seed-ops.ts"), path.join(root, "test", "fixtures", "hostile.ts")]
-    esbuild.buildSync({ entryPoints: entries, outdir: target, outbase: root, format: "esm", platform: "node", target: "node20", logLevel: "error" })
-    fs.writeFileSync(path.join(target, "package.json"), JSON.stringify({ type: "module" }))
-    process.on("exit", () => fs.rmSync(target, { recursive: true, force: true }))
-    return (outdir = target)
-  }
-})()
+let outdir: string | undefined
+const compiled = () => {
+  if (outdir !== undefined) return outdir
+  const target = path.join(root, "node_modules", ".cache", `alkstore-ops-${process.pid}`)
+  const entries = [...listTs(path.join(root, "src")), path.join(root, "test", "fixtures", "seed-ops.ts"), path.join(root, "test", "fixtures", "hostile.ts")]
+  esbuild.buildSync({ entryPoints: entries, outdir: target, outbase: root, format: "esm", platform: "node", target: "node20", logLevel: "error" })
+  fs.writeFileSync(path.join(target, "package.json"), JSON.stringify({ type: "module" }))
+  return (outdir = target)
+}
 
 const listTs = (dir: string): Array<string> =>
   fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
@@ -41,10 +39,15 @@ const listTs = (dir: string): Array<string> =>
  * The CLI as shipped: bundled by the package build's own function (scripts/bundle-cli.ts), once per test
  * file, beside the compiled sources (under node_modules, so better-sqlite3 resolves).
  */
-export const cliEntry = (() => {
-  let entry: string | undefined
-  return () => (entry ??= bundleCli(path.join(compiled(), "bundle")))
-})()
+let cliBundle: string | undefined
+export const cliEntry = () => (cliBundle ??= bundleCli(path.join(compiled(), "bundle")))
+
+/** Removes the test file's compiled sources and CLI bundle, where it made them (test/support/per-file.ts). */
+export const endTestFileBuilds = () => {
+  if (outdir !== undefined) fs.rmSync(outdir, { recursive: true, force: true })
+  outdir = undefined
+  cliBundle = undefined
+}
 const seedScript = () => path.join(compiled(), "test", "fixtures", "seed-ops.js")
 
 /** `node <script> …args` as argv, for spawning or a terminal command line. */

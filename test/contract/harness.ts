@@ -37,15 +37,16 @@ export interface EngineUnderTest {
   readonly capabilities: { readonly sqliteFile: boolean; readonly postgres: boolean }
 }
 
-// One per test process. Test files share their worker's modules (`isolate: false`, vitest.config.ts): this
-// module's state lives as long as the worker; file names and schema names never repeat in it, and the
-// PostgreSQL database is the one thing made per file (below).
+// Test files share their worker's modules (`isolate: false`, vitest.config.ts): this module's state lives as
+// long as the worker. File and schema names never repeat in it; the directory of database files and the
+// PostgreSQL database are made per test file and removed after it (`endTestFile`). Not at the worker's exit:
+// vitest ends its workers with a signal, and nothing of an exit handler's ran (~150 MB left per worker a run).
 let counter = 0
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-test-"))
-process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }))
+let dir: string | undefined
+const fileDir = () => (dir ??= fs.mkdtempSync(path.join(os.tmpdir(), "alkstore-test-")))
 
 /** A database file path no other test uses. */
-export const freshFile = (label = "db") => path.join(dir, `${process.pid}-${++counter}-${label}.db`)
+export const freshFile = (label = "db") => path.join(fileDir(), `${process.pid}-${++counter}-${label}.db`)
 
 const sqliteOnly = { sqliteFile: true, postgres: false } as const
 
@@ -92,7 +93,7 @@ const urlWith = (base: string, changes: { database?: string; searchPath?: string
 }
 
 // Each test file gets a database of its own (a store on the default schema sees no other file's rows), made on
-// its first use and dropped after the file (`endFileDatabase`). Names start with the run's prefix: the global
+// its first use and dropped after the file (`endTestFile`). Names start with the run's prefix: the global
 // setup drops whatever a crashed process left (pg-global-setup.ts).
 let files = 0
 const databaseName = () => `${inject("pgDatabasePrefix")}${process.pid}_${++files}`
@@ -116,10 +117,13 @@ export const pgDatabaseUrl = async () => {
   return urlWith(pgServerUrl, { database: testDatabase })
 }
 /**
- * Drops the test file's database, if it made one; the next file makes its own. Run after every test file
- * by test/support/per-file.ts (a hook registered here would run after the first importing file only).
+ * Removes the test file's directory of database files and drops its database, where it made them; the next
+ * file makes its own. Run after every test file by test/support/per-file.ts (a hook registered here would run
+ * after the first importing file only).
  */
-export const endFileDatabase = async () => {
+export const endTestFile = async () => {
+  if (dir !== undefined) fs.rmSync(dir, { recursive: true, force: true })
+  dir = undefined
   const created = databaseCreated
   const name = testDatabase
   databaseCreated = undefined
