@@ -82,7 +82,8 @@ export const storeLayer = (target: Target, options: { readonly create: boolean }
     }
     case "postgres":
       // A server that cannot be reached (or refuses the login) fails here, at connect, as DatabaseUnavailable.
-      // The engine is loaded for a PostgreSQL target only: its driver is ~70 ms of every command's start.
+      // The engine is loaded for a PostgreSQL target only (a chunk of its own in the shipped bundle, scripts/
+      // bundle-cli.ts): unbundled, its driver was ~70 ms of every command's start.
       return Layer.unwrapEffect(
         Effect.map(Effect.promise(() => import("../../PgStore.js")), (PgStore) => PgStore.layer({ url: Redacted.make(target.url) }))
       ).pipe(
