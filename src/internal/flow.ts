@@ -26,6 +26,18 @@ const FIRST_PAGE_MAX = 32
 const PAGE_MAX = 256
 const groupScope = (group: string) => `#${group}`
 
+/**
+ * The queue's current round (where a group starts when its job's priority has no pending job) is written
+ * when a claim moves it this many rounds or more, not at every claim: with few groups every claim moved it,
+ * one row more written per claim (on SQLite a page of its own in each commit). It may so lag the rotation by
+ * up to `ROUND_STEP - 1` rounds: a group arriving then gets at most that many turns ahead of the others'
+ * next jobs (docs/flow-control.md, "Fairness").
+ */
+export const ROUND_STEP = 8
+
+/** The round a claim of a job of round `round` writes as the queue's current round `current`, or `null`: unchanged. */
+export const roundToWrite = (round: number, current: number) => round >= current + ROUND_STEP ? round : null
+
 /** The size of a walk's first page of pending candidates (an engine that reads ahead asks for the same). */
 export const firstPageSize = (n: number, mode: FlowMode) => Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
 
@@ -240,7 +252,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
       const log: Array<readonly [string, number]> = []
       if (lim.rateLimit !== null) log.push(["", queueLast + taken + 1])
       if (lim.groupRateLimit !== null && group !== undefined) log.push([groupScope(c.group), group.last + group.taken + 1])
-      const round = c.round > advancedTo ? c.round : null
+      const round = roundToWrite(c.round, advancedTo)
       const row = yield* call("claim", c.id, { log, round })
       if (row === undefined) continue // settled meanwhile by its owner
       // Met expired or with its attempts spent, the claim moved it to dead (CONTRACT §3): it takes no slot.
@@ -255,7 +267,7 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     if (c.state !== "claimed") takenPending++
     budget--
     if (group !== undefined) group.taken++
-    if (!dry && c.round > advancedTo) advancedTo = c.round
+    if (!dry && roundToWrite(c.round, advancedTo) !== null) advancedTo = c.round
   }
   if (!dry && taken > 0) {
     // Claims `limit` places before the last one no longer decide anything (none while the log is shorter).

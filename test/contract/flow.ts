@@ -9,6 +9,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
 import { Outbox, Queues, Scheduler } from "../../src/index.js"
+import { ROUND_STEP } from "../../src/internal/flow.js"
 import Sqlite from "better-sqlite3"
 import { type EngineUnderTest, freshFile } from "./harness.js"
 import { advance, claimsNothing, drainPayloads, mustClaim, queueOf, setLimits, settle, type StoreServices } from "./support.js"
@@ -184,6 +185,26 @@ export const flowContract = (engine: EngineUnderTest) =>
         yield* q.enqueue("c1", { group: "c" })
         yield* q.enqueue("urgent", { group: "a", priority: 5 })
         expect(yield* drainPayloads(q, 10)).toEqual(["urgent", "a1", "b1", "c1", "a2", "b2", "a3"])
+      })))
+
+    it.effect("a group arriving while its priority has no pending job starts where the rotation stands (within ROUND_STEP rounds)", () =>
+      run(Effect.gen(function*() {
+        yield* setLimits("catchup", {})
+        const q = yield* queueOf("catchup")
+        // Group a's 100 jobs claimed and held: the rotation has passed 100 rounds, and no job of priority 0 is pending.
+        yield* q.enqueueBatch(Array.from({ length: 100 }, (_, i) => `a${i}`), { group: "a" })
+        expect((yield* q.claimBatch("w", 100)).length).toBe(100)
+        // A newcomer starts from the queue's current round, not from round 0: a's next job is among the first
+        // ROUND_STEP claims (from round 0 the newcomer's 20 jobs would all come first), and the two alternate.
+        yield* q.enqueueBatch(Array.from({ length: 20 }, (_, i) => `n${i}`), { group: "n" })
+        yield* q.enqueueBatch(Array.from({ length: 20 }, (_, i) => `a${100 + i}`), { group: "a" })
+        const order = yield* drainPayloads(q, 40)
+        expect(order.length).toBe(40)
+        const firstA = order.indexOf("a100")
+        expect(firstA).toBeGreaterThan(0)
+        expect(firstA).toBeLessThanOrEqual(ROUND_STEP)
+        const rest = order.slice(firstA, firstA + 10)
+        expect(rest.filter((p) => String(p).startsWith("n")).length).toBe(5)
       })))
 
     it.effect("limits change while claims run: a lower limit holds new claims until enough slots free; clearing lifts it", () =>

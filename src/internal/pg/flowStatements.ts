@@ -1,4 +1,4 @@
-import { EXTRA_PAGE } from "../flow.js"
+import { EXTRA_PAGE, ROUND_STEP } from "../flow.js"
 import { claimSetOf, fencedRow } from "./claimSql.js"
 import { jobColumns } from "./rows.js"
 
@@ -170,7 +170,8 @@ export const flowStatements = (s: string) => {
           OR (ok.group_rate_limit IS NOT NULL AND x.scope = '#' || ok.h_group AND x.seq <= ok.g_last + 1 - ok.group_rate_limit
             AND x.at <= $1::bigint - ok.group_rate_per))
       ), advanced AS (
-        UPDATE ${limits} SET current_round = greatest(current_round, (SELECT h_round FROM ok))
+        UPDATE ${limits} SET current_round = CASE WHEN (SELECT h_round FROM ok) >= current_round + ${ROUND_STEP}
+          THEN (SELECT h_round FROM ok) ELSE current_round END
         WHERE queue = $3 AND ${claimedOk} RETURNING xmin::text AS version
       )
       SELECT s.*, EXISTS (SELECT 1 FROM ok) AS fast, EXISTS (SELECT 1 FROM gate) AS gated,

@@ -1,7 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { type Clock, Effect, Option } from "effect"
 import type { Fence, FlowStorage, JobRow } from "../engine.js"
-import { dueScheduledToRead, firstPageSize, flowWalk } from "../flow.js"
+import { dueScheduledToRead, firstPageSize, flowWalk, roundToWrite } from "../flow.js"
 import {
   type Candidate,
   type ClaimWrites,
@@ -230,7 +230,7 @@ export const makeFlowStorage = (db: PgExecutor, schema: string, notifier: Notifi
                 id: head.id,
                 row: r.id === null || r.id === undefined ? undefined : toJobRow(r),
                 log,
-                round: head.round > lim.currentRound ? head.round : null,
+                round: roundToWrite(head.round, lim.currentRound),
                 logAts
               }
             }
