@@ -7,7 +7,8 @@
  *   tsx bench/flow.ts            SQLite (a fresh WAL file per sample)
  *   tsx bench/flow.ts --pg       PostgreSQL (bench/pg/cluster.ts: a throw-away server, or ALKSTORE_PG_URL)
  *
- * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 2000), FLOW_JOBS due jobs (default 20000),
+ * Environment: FLOW_ROUNDS (default 5), FLOW_OPS timed claims (default 10000 on SQLite,
+ * 1000 on PostgreSQL), FLOW_JOBS due jobs (default 20000),
  * FLOW_SCENARIOS (comma-separated scenario ids, default all; the baseline always runs).
  * FLOW_ANALYZE=1: ANALYZE after filling (PostgreSQL: the jobs table, steady-state plans; SQLite: the file).
  * FLOW_PAIRED=1: instead, each limited scenario side by side with a baseline store in one process, in
@@ -28,7 +29,10 @@ import { spliceSection } from "./sections.js"
 
 const pg = process.argv.includes("--pg")
 const ROUNDS = Number(process.env.FLOW_ROUNDS ?? 5)
-const OPS = Number(process.env.FLOW_OPS ?? (pg ? 1000 : 2000))
+// 10 000 on SQLite: with 2 000 (0.3 s a sample) the baseline read 181–185 µs of CPU per claim+ack against 111 with
+// 10 000 on the same machine within the hour, and a round's ratios spread 0.78–1.91× (the start of each sample's
+// loop, not the claims, set them); with 10 000 they spread 0.1–0.3× (docs/benchmarks-flow.md, 2026-12-07).
+const OPS = Number(process.env.FLOW_OPS ?? (pg ? 1000 : 10_000))
 const WARMUP = 200
 const JOBS = Number(process.env.FLOW_JOBS ?? 20_000)
 /** Issue 13's target: a limited claim+ack costs at most this many times an unlimited one. */
@@ -79,6 +83,12 @@ const filled = (scenario: Scenario) =>
     for (let g = 0; g < scenario.groups; g++) {
       const payloads = Array.from({ length: perGroup }, (_, i) => ({ g, i }))
       yield* q.enqueueBatch(payloads, scenario.groups === 1 ? undefined : { group: `tenant-${g}` })
+    }
+    // The fill's WAL copied back before timing (SQLite): otherwise the store's checkpointer does it during the
+    // first timed claims, more for a limited queue (its flow indexes), and charges the enqueues' pages to them.
+    if (!pg) {
+      const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
+      if (Option.isSome(sql)) yield* Effect.orDie(sql.value.unsafe("PRAGMA wal_checkpoint(TRUNCATE)"))
     }
     // FLOW_ANALYZE=1: planner statistics before timing — on PostgreSQL as autovacuum's analyze gives a store
     // that has run a while (without, the first minute's plans see a table of unknown contents); on SQLite as

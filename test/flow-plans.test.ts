@@ -75,4 +75,36 @@ describe("flow control's group reads on SQLite", () => {
       yield* sql.unsafe("ANALYZE")
       yield* check
     }).pipe(Effect.provide(sqliteOwned.store({ fallbackPoll: "1 hour" }))))
+
+  it.effect("the one-statement claim of a limited queue searches indexes only, before and after ANALYZE", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* setLimits("first", { concurrency: 10, groupConcurrency: 1, rate: { limit: 5, per: "1 second" } })
+      const q = yield* queueOf("first")
+      for (const group of ["a", "b", "c"]) {
+        yield* q.enqueueBatch(Array.from({ length: 300 }, (_, i) => i), { group })
+        yield* q.enqueueBatch(Array.from({ length: 30 }, (_, i) => i), { group, delay: "1 hour" })
+      }
+      yield* (yield* queueOf("first-other")).enqueueBatch(Array.from({ length: 300 }, (_, i) => i))
+      yield* q.claimBatch("w", 3)
+      const check = Effect.gen(function*() {
+        for (const key of ["1:5:1000::", "::::", "1::::"]) {
+          const first = flowSql.claimFirst(key)!.statement
+          const lines = yield* plan(first.text, first.bind([1_000, "w", "first"]))
+          const reads = lines.filter((line) => /^(SCAN|SEARCH) /.test(line.trim()))
+          expect(reads.length, lines.join("\n")).toBeGreaterThan(0)
+          // Every read of the jobs table and the log is an index search (the head of the flow index is its first
+          // entry); what is scanned is a subquery's own rows (the head, a log entry, the ahead counts' bounded
+          // pages) and, after an ANALYZE that found it so, the limits table of one row per limited queue (as
+          // the readiness read does then).
+          for (const line of reads) {
+            expect(line, `${key}:\n${lines.join("\n")}`).toMatch(/^SEARCH |^SCAN (h|e|l|\(subquery-\d+\)|CONSTANT ROW)$/)
+          }
+          expect(lines.filter((line) => line.includes("__alkstore_jobs_flow ")).length, lines.join("\n")).toBe(1)
+        }
+      })
+      yield* check
+      yield* sql.unsafe("ANALYZE")
+      yield* check
+    }).pipe(Effect.provide(sqliteOwned.store({ fallbackPoll: "1 hour" }))))
 })

@@ -54,6 +54,8 @@ describe("the SQLite claim path's statements under STAT4", () => {
       logLast: flowSql.logLast,
       logAt: flowSql.logAt,
       claim: whereOf(flowSql.claim.text),
+      claimFirst: whereOf(flowSql.claimFirst("1:5:1000:2:1000")!.statement.text),
+      claimFirstPlain: whereOf(flowSql.claimFirst("::::")!.statement.text),
       prune: flowSql.prune,
       advanceRound: flowSql.advanceRound.text
     }

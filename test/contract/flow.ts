@@ -12,7 +12,7 @@ import { Outbox, Queues, Scheduler } from "../../src/index.js"
 import { ROUND_STEP } from "../../src/internal/flow.js"
 import Sqlite from "better-sqlite3"
 import { type EngineUnderTest, freshFile } from "./harness.js"
-import { advance, claimsNothing, drainPayloads, mustClaim, queueOf, setLimits, settle, type StoreServices } from "./support.js"
+import { advance, claimsNothing, drainPayloads, mustClaim, mustGet, queueOf, setLimits, settle, type StoreServices } from "./support.js"
 
 
 export const flowContract = (engine: EngineUnderTest) =>
@@ -185,6 +185,23 @@ export const flowContract = (engine: EngineUnderTest) =>
         yield* q.enqueue("c1", { group: "c" })
         yield* q.enqueue("urgent", { group: "a", priority: 5 })
         expect(yield* drainPayloads(q, 10)).toEqual(["urgent", "a1", "b1", "c1", "a2", "b2", "a3"])
+      })))
+
+    it.effect("a claim whose first candidate expired buries it and takes the next, also after the queue's first claims", () =>
+      run(Effect.gen(function*() {
+        yield* setLimits("stale", { concurrency: 3, groupConcurrency: 1 })
+        const q = yield* queueOf("stale")
+        // Claims first: an engine may claim differently once it has seen the queue's limits (SQLite's one-statement claim).
+        yield* q.enqueueBatch(["w1", "w2", "w3"], { group: "g" })
+        expect(yield* drainPayloads(q, 3)).toEqual(["w1", "w2", "w3"])
+        const old = yield* q.enqueue("old", { group: "a", expires: "1 second" })
+        yield* q.enqueue("next", { group: "b" })
+        yield* advance(1_000)
+        expect((yield* mustClaim(q, "w")).job.payload).toBe("next")
+        const dead = yield* mustGet(q, old)
+        expect(dead.state).toBe("dead")
+        expect(Option.getOrUndefined(dead.lastError)).toBe("expired")
+        yield* claimsNothing(q)
       })))
 
     it.effect("a group arriving while its priority has no pending job starts where the rotation stands (within ROUND_STEP rounds)", () =>

@@ -19,17 +19,44 @@ const flowOrder = `ORDER BY priority DESC, flow_round, run_at, id`
 const pendingWhere = `queue = +?1 AND state = 'pending' AND flow_round IS NOT NULL`
 const limitsColumns = `concurrency, rate_limit AS rateLimit, rate_per AS ratePerMillis, group_concurrency AS groupConcurrency,
       group_rate_limit AS groupRateLimit, group_rate_per AS groupRatePerMillis, current_round AS currentRound`
+/**
+ * What the one-statement claim (`claimFirst`) must know of a queue's limits besides its `concurrency` (read
+ * in the statement): its `groupConcurrency` and its rates as `[limit, per millis]`. Its key (`firstShapeKey`)
+ * names one statement; the claim writes the log entries and prunes as the walk does with these values.
+ */
+export interface FirstShape {
+  readonly cap: number | null
+  readonly rate: readonly [number, number] | null
+  readonly groupRate: readonly [number, number] | null
+}
+export const firstShapeKey = (l: {
+  readonly groupConcurrency: number | null
+  readonly rateLimit: number | null
+  readonly ratePerMillis: number | null
+  readonly groupRateLimit: number | null
+  readonly groupRatePerMillis: number | null
+}) => [l.groupConcurrency, l.rateLimit, l.ratePerMillis, l.groupRateLimit, l.groupRatePerMillis].map((v) => v ?? "").join(":")
+const firstShapeOf = (key: string): FirstShape => {
+  const [cap, rl, rp, grl, grp] = key.split(":").map((v) => (v === "" ? null : Number(v)))
+  return {
+    cap: cap ?? null,
+    rate: rl == null || rp == null ? null : [rl, rp],
+    groupRate: grl == null || grp == null ? null : [grl, grp]
+  }
+}
+
 // A group's start (live claims, live jobs ahead up to the cap, its log's end), for a group, candidate and
 // instant given as parameters or as a page row's columns (`groupStart`, `pendingHead`). Read from
 // `__alkstore_jobs_flow_group` (migration 9: a limited queue's live jobs by group, state, round and id, with
 // each claim's lease end), one range per state; its predicate is said in full so that it can serve.
-const groupInFlightOf = (group: string, now: string) => `(SELECT count(*) FROM ${byGroupState}
-    WHERE queue = +?1 AND group_key = ${group} AND state = 'claimed' AND ${liveInFlow} AND claimed_until > ${now})`
-const aheadIn = (state: string, cap: number, group: string, round: string, id: string) =>
-  `(SELECT count(*) FROM (SELECT 1 FROM ${byGroupState} WHERE queue = +?1 AND group_key = ${group} AND state = '${state}'
+// (`queue`: the statement's parameter for the queue, `+?1` unless said.)
+const groupInFlightOf = (group: string, now: string, queue = "+?1") => `(SELECT count(*) FROM ${byGroupState}
+    WHERE queue = ${queue} AND group_key = ${group} AND state = 'claimed' AND ${liveInFlow} AND claimed_until > ${now})`
+const aheadIn = (state: string, cap: number, group: string, round: string, id: string, queue: string) =>
+  `(SELECT count(*) FROM (SELECT 1 FROM ${byGroupState} WHERE queue = ${queue} AND group_key = ${group} AND state = '${state}'
     AND ${liveInFlow} AND (flow_round, id) < (${round}, ${id}) LIMIT ${cap}))`
-const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4") =>
-  `min(${cap}, ${liveStates.map((state) => aheadIn(state, cap, group, round, id)).join(" + ")})`
+const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4", queue = "+?1") =>
+  `min(${cap}, ${liveStates.map((state) => aheadIn(state, cap, group, round, id, queue)).join(" + ")})`
 const groupLastOf = (group: string) =>
   `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
 
@@ -95,6 +122,46 @@ export const flowSql = {
         ${log === "1" ? groupLastOf(group) : "0"} AS gLast
       FROM (SELECT ${pendingColumns} FROM __alkstore_jobs WHERE ${pendingWhere} ${flowOrder} LIMIT 1) AS p`)
   }),
+  /**
+   * A claim of one job in one statement, inside the claim's transaction (`flowStorage.claimFirstNow`): the
+   * first pending job in walk order, claimed when the walk would claim it first — no due scheduled row to
+   * promote, no lapsed lease (both are candidates too), the queue under its `concurrency`, the job's group
+   * under its `groupConcurrency` with fewer live jobs ahead of it, each rate admitting one more claim
+   * (flow.ts `admits` for a walk's first claim). Else nothing, and the walk decides. One statement per
+   * shape of limits (`FirstShape`, its key), which the limits row must still have; `undefined` past 64
+   * shapes. `?1` now, `?2` the worker, `?3` the queue (`claimSet`'s numbering). Returns the row (`rowOf`),
+   * then its round, the queue's current round, its group and the ends of the queue's and the group's logs.
+   */
+  claimFirst: byLiteral((key: string) => {
+    const shape = firstShapeOf(key)
+    const { cap, groupRate, rate } = shape
+    const is = (value: number | null) => (value === null ? "NULL" : String(value))
+    const lastOf = (scope: string) => `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?3 AND scope = ${scope})`
+    const admits = (limit: number, per: number, scope: string, last: string) =>
+      `(${last} + 1 - ${limit} <= 0 OR NOT EXISTS (SELECT 1 FROM (SELECT at FROM __alkstore_flow_log
+        WHERE queue = +?3 AND scope = ${scope} AND seq >= ${last} + 1 - ${limit} ORDER BY seq LIMIT 1) AS e WHERE e.at > +?1 - ${per}))`
+    const group = `h."group"`
+    const statement = numbered(`${claimSet} WHERE id = (SELECT h.id FROM (
+          SELECT h.*, l.concurrency, ${rate === null ? "0" : lastOf("''")} AS q_last,
+            ${groupRate === null ? "0" : lastOf(`'#' || h."group"`)} AS g_last
+          FROM (SELECT id, flow_round AS round, group_key AS "group" FROM __alkstore_jobs WHERE queue = +?3 AND state = 'pending'
+            AND flow_round IS NOT NULL ${flowOrder} LIMIT 1) AS h, __alkstore_flow_limits AS l
+          WHERE l.queue = +?3 AND l.group_concurrency IS ${is(cap)} AND l.rate_limit IS ${is(rate?.[0] ?? null)}
+            AND l.rate_per IS ${is(rate?.[1] ?? null)} AND l.group_rate_limit IS ${is(groupRate?.[0] ?? null)}
+            AND l.group_rate_per IS ${is(groupRate?.[1] ?? null)}) AS h
+        WHERE NOT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +?3 AND state = 'scheduled' AND run_at <= +?1)
+          AND NOT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until <= +?1)
+          AND (h.concurrency IS NULL
+            OR (SELECT count(*) FROM __alkstore_jobs WHERE queue = +?3 AND state = 'claimed' AND claimed_until > +?1) < h.concurrency)
+          ${cap === null ? "" : `AND ${groupInFlightOf(group, "+?1", "+?3")} < ${cap}
+          AND ${groupAheadOf(cap, group, "h.round", "h.id", "+?3")} < ${cap}`}
+          ${groupRate === null ? "" : `AND ${admits(groupRate[0], groupRate[1], `'#' || ${group}`, "h.g_last")}`}
+          ${rate === null ? "" : `AND ${admits(rate[0], rate[1], "''", "h.q_last")}`})
+      AND state = 'pending'
+      RETURNING ${jobColumns}, flow_round, (SELECT current_round FROM __alkstore_flow_limits WHERE queue = +?3), group_key,
+        ${rate === null ? "0" : lastOf("''")}, ${groupRate === null ? "0" : lastOf("'#' || group_key")}`)
+    return { statement, shape }
+  }, { cap: 64, otherwise: undefined }),
   logLast: `SELECT coalesce(max(seq), 0) AS n FROM __alkstore_flow_log WHERE queue = +? AND scope = +?`,
   // Claim `seq`, or when it was pruned the oldest claim logged after it (flow.ts `logAt`).
   logAt: `SELECT at FROM __alkstore_flow_log WHERE queue = +? AND scope = +? AND seq >= +? ORDER BY seq LIMIT 1`,

@@ -1,7 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import type { FlowStorage, JobRow } from "../engine.js"
-import { flowWalk } from "../flow.js"
+import { flowWalk, roundToWrite } from "../flow.js"
 import {
   type Call,
   type Candidate,
@@ -16,7 +16,7 @@ import {
 import type { FlowMemory } from "../flowMemory.js"
 import type { ResolvedLimits } from "../options.js"
 import type { DirectConnection, Executor, Param } from "./executor.js"
-import { flowSql as sql } from "./flowStatements.js"
+import { firstShapeKey, flowSql as sql } from "./flowStatements.js"
 import { numbered, rowOf, sql as queueSql } from "./queueStatements.js"
 
 /**
@@ -250,6 +250,61 @@ export const readinessNow = (c: DirectConnection, queue: string, now: number) =>
     inFlight: inFlight ?? undefined,
     queueLast: queueLast ?? undefined
   }
+}
+
+/**
+ * A claim of one job whose first candidate is claimable, in one statement inside the claim's transaction
+ * (what the walk would claim first), with the walk's bookkeeping for it: its log entries, the queue's round
+ * when it moved `ROUND_STEP`, the logs pruned. `undefined`: the walk decides. The row may be dead: the claim
+ * met it expired (`claimSet`), as the walk's claim would, and the walk then goes on to the next candidate.
+ */
+export const claimFirstNow = (c: DirectConnection, queue: string, workerId: string, now: number, key: string) => {
+  const first = sql.claimFirst(key)
+  if (first === undefined) return undefined
+  const values = c.values(first.statement.text, first.statement.bind([now, workerId, queue]))[0]
+  if (values === undefined) return undefined
+  const row = rowOf(values)
+  if (row.state !== "claimed") return row
+  const { groupRate, rate } = first.shape
+  const [round, current, group, queueLast, groupLast] = values.slice(18) as [number, number, string, number, number]
+  const scope = `#${group}`
+  if (rate !== null && groupRate !== null) {
+    c.run(sql.logTwo, [queue, "", queueLast + 1, now, queue, scope, groupLast + 1, now])
+  } else if (rate !== null) c.run(sql.log, [queue, "", queueLast + 1, now])
+  else if (groupRate !== null) c.run(sql.log, [queue, scope, groupLast + 1, now])
+  const moved = roundToWrite(round, current)
+  if (moved !== null) c.run(sql.advanceRound.text, sql.advanceRound.bind([moved, queue]))
+  // Claims `limit` places before this one no longer decide anything (flow.ts, the walk's end).
+  if (rate !== null && queueLast + 1 - rate[0] > 0) c.run(sql.prune, [queue, "", queueLast + 1 - rate[0], now - rate[1]])
+  if (groupRate !== null && groupLast + 1 - groupRate[0] > 0) {
+    c.run(sql.prune, [queue, scope, groupLast + 1 - groupRate[0], now - groupRate[1]])
+  }
+  return row
+}
+
+/**
+ * A limited claim under its write lock, for a queue seen limited: a claim of one job first tries the
+ * one-statement claim its limits' last shape fits (most such claims take the walk's first candidate), else
+ * (or when it took nothing) one read gives the readiness and the limits, and the walk decides. `undefined`:
+ * the queue has no limits (any more).
+ */
+export const limitedClaimNow = (
+  c: DirectConnection,
+  queue: string,
+  workerId: string,
+  now: number,
+  limit: number,
+  memory: FlowMemory
+): FlowOutcome | undefined => {
+  const shape = limit === 1 ? memory.shape(queue) : undefined
+  const first = shape === undefined ? undefined : claimFirstNow(c, queue, workerId, now, shape)
+  if (first?.state === "claimed") return { limited: true, rows: [first], taken: 1, takenPending: 1, reopenAt: null }
+  const under = readinessNow(c, queue, now)
+  if (under.limits === undefined) return undefined
+  memory.sawShape(queue, firstShapeKey(under.limits))
+  const outcome = flowWalkNow(c, queue, workerId, now, limit, "claim", under)
+  // Met expired, the first candidate went to dead: after the walk's claims, where the walk puts its own.
+  return first === undefined || !outcome.limited ? outcome : { ...outcome, rows: [...outcome.rows, first] }
 }
 
 /** The walk as an effect over any executor (run it inside a transaction when it claims). */

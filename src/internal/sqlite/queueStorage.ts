@@ -5,7 +5,7 @@ import { type DirectConnection, type Executor, notNow, type RunResult } from "./
 import { inTransaction } from "../transactionOwner.js"
 import { expireKeyHolderParams, insertKeyedNow, insertManyNow, insertNow, insertValues } from "./jobInsert.js"
 import { keepFloorParams, keepFloorSql, raiseFloorSql } from "./jobIds.js"
-import { flowWalkEffect, flowWalkNow, readinessNow } from "./flowStorage.js"
+import { flowWalkEffect, flowWalkNow, limitedClaimNow } from "./flowStorage.js"
 import type { FlowMemory } from "../flowMemory.js"
 import {
   batchClaimSql,
@@ -102,11 +102,7 @@ const claimNow = (
   const locked = () => (open ? now : clock.unsafeCurrentTimeMillis())
   if (memory.known(queue)) {
     // A queue seen limited goes straight to its write lock, where one read gives the readiness and the limits.
-    const underLock = () => {
-      const at = locked()
-      const under = readinessNow(c, queue, at)
-      return under.limits === undefined ? undefined : flowWalkNow(c, queue, workerId, at, limit, "claim", under)
-    }
+    const underLock = () => limitedClaimNow(c, queue, workerId, locked(), limit, memory)
     const outcome = open ? underLock() : c.transaction(underLock)
     if (outcome?.limited === true) return outcome.rows
     memory.saw(queue, false) // its limits went: the plain claim below
