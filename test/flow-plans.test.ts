@@ -88,7 +88,7 @@ describe("flow control's group reads on SQLite", () => {
       yield* (yield* queueOf("first-other")).enqueueBatch(Array.from({ length: 300 }, (_, i) => i))
       yield* q.claimBatch("w", 3)
       const check = Effect.gen(function*() {
-        for (const key of ["1:5:1000::", "::::", "1::::"]) {
+        for (const key of ["1:5:1000::", "::::", "1::::", "1:5:1000:2:1000", ":::2:1000"]) {
           const first = flowSql.claimFirst(key)!.statement
           const lines = yield* plan(first.text, first.bind([1_000, "w", "first"]))
           const reads = lines.filter((line) => /^(SCAN|SEARCH) /.test(line.trim()))

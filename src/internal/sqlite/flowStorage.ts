@@ -266,7 +266,8 @@ export const claimFirstNow = (c: DirectConnection, queue: string, workerId: stri
   const row = rowOf(values)
   if (row.state !== "claimed") return row
   const { groupRate, rate } = first.shape
-  const [round, current, group, queueLast, groupLast] = values.slice(18) as [number, number, string, number, number]
+  // After the row's columns (`rowOf`), the five the statement returns after them.
+  const [round, current, group, queueLast, groupLast] = values.slice(-5) as [number, number, string, number, number]
   const scope = `#${group}`
   if (rate !== null && groupRate !== null) {
     c.run(sql.logTwo, [queue, "", queueLast + 1, now, queue, scope, groupLast + 1, now])
