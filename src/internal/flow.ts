@@ -38,6 +38,16 @@ export const ROUND_STEP = 8
 /** The round a claim of a job of round `round` writes as the queue's current round `current`, or `null`: unchanged. */
 export const roundToWrite = (round: number, current: number) => round >= current + ROUND_STEP ? round : null
 
+/**
+ * After a claim `taken` places past a log ending at `last`, the claims up to which a window of `limit`
+ * no longer decides anything (the claim `limit` places before the last one is the oldest it reads), or
+ * `null`: none, while the log is shorter.
+ */
+export const prunableUpTo = (last: number, taken: number, limit: number) => {
+  const upTo = last + taken - limit
+  return upTo > 0 ? upTo : null
+}
+
 /** The size of a walk's first page of pending candidates (an engine that reads ahead asks for the same). */
 export const firstPageSize = (n: number, mode: FlowMode) => Math.max(1, Math.min(n, mode === "count" ? PAGE_MAX : FIRST_PAGE_MAX))
 
@@ -270,15 +280,14 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
     if (!dry && roundToWrite(c.round, advancedTo) !== null) advancedTo = c.round
   }
   if (!dry && taken > 0) {
-    // Claims `limit` places before the last one no longer decide anything (none while the log is shorter).
     if (lim.rateLimit !== null) {
-      const upTo = queueLast + taken - lim.rateLimit
-      if (upTo > 0) yield* call("prune", "", upTo, now - lim.ratePerMillis!)
+      const upTo = prunableUpTo(queueLast, taken, lim.rateLimit)
+      if (upTo !== null) yield* call("prune", "", upTo, now - lim.ratePerMillis!)
     }
     if (lim.groupRateLimit !== null) {
       for (const [key, group] of groups) {
-        const upTo = group.last + group.taken - lim.groupRateLimit
-        if (group.taken > 0 && upTo > 0) yield* call("prune", groupScope(key), upTo, now - lim.groupRatePerMillis!)
+        const upTo = prunableUpTo(group.last, group.taken, lim.groupRateLimit)
+        if (group.taken > 0 && upTo !== null) yield* call("prune", groupScope(key), upTo, now - lim.groupRatePerMillis!)
       }
     }
   }

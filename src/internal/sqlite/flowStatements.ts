@@ -57,8 +57,10 @@ const aheadIn = (state: string, cap: number, group: string, round: string, id: s
     AND ${liveInFlow} AND (flow_round, id) < (${round}, ${id}) LIMIT ${cap}))`
 const groupAheadOf = (cap: number, group = "+?2", round = "+?3", id = "+?4", queue = "+?1") =>
   `min(${cap}, ${liveStates.map((state) => aheadIn(state, cap, group, round, id, queue)).join(" + ")})`
-const groupLastOf = (group: string) =>
-  `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?1 AND scope = '#' || ${group})`
+/** The end of a scope's claim log (0: empty), the scope an SQL expression, the queue a parameter. */
+const logLastOf = (scope: string, queue = "+?1") =>
+  `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = ${queue} AND scope = ${scope})`
+const groupLastOf = (group: string) => logLastOf(`'#' || ${group}`)
 
 // Parameters in WHERE terms are written `+?`, as on the claim path (sqlite/queueStatements.ts `sql`):
 // under STAT4 statistics a bare one is read by the planner, and the statement re-prepared at every bind.
@@ -75,8 +77,7 @@ export const flowSql = {
       l.queue IS NOT NULL AS limited, ${limitsColumns},
       CASE WHEN l.concurrency IS NOT NULL THEN (SELECT count(*) FROM __alkstore_jobs
         WHERE queue = +?1 AND state = 'claimed' AND claimed_until > +?2) END AS inFlight,
-      CASE WHEN l.rate_limit IS NOT NULL THEN (SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log
-        WHERE queue = +?1 AND scope = '') END AS queueLast
+      CASE WHEN l.rate_limit IS NOT NULL THEN ${logLastOf("''")} END AS queueLast
     FROM (SELECT 1) LEFT JOIN __alkstore_flow_limits AS l ON l.queue = +?1`),
   inFlight: `SELECT count(*) AS n FROM __alkstore_jobs WHERE queue = +? AND state = 'claimed' AND claimed_until > +?`,
   pendingFirst: byLiteral((size: number) =>
@@ -136,7 +137,7 @@ export const flowSql = {
     const shape = firstShapeOf(key)
     const { cap, groupRate, rate } = shape
     const is = (value: number | null) => (value === null ? "NULL" : String(value))
-    const lastOf = (scope: string) => `(SELECT coalesce(max(seq), 0) FROM __alkstore_flow_log WHERE queue = +?3 AND scope = ${scope})`
+    const lastOf = (scope: string) => logLastOf(scope, "+?3")
     const admits = (limit: number, per: number, scope: string, last: string) =>
       `(${last} + 1 - ${limit} <= 0 OR NOT EXISTS (SELECT 1 FROM (SELECT at FROM __alkstore_flow_log
         WHERE queue = +?3 AND scope = ${scope} AND seq >= ${last} + 1 - ${limit} ORDER BY seq LIMIT 1) AS e WHERE e.at > +?1 - ${per}))`

@@ -1,10 +1,11 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import type { FlowStorage, JobRow } from "../engine.js"
-import { flowWalk, roundToWrite } from "../flow.js"
+import { flowWalk, prunableUpTo, roundToWrite } from "../flow.js"
 import {
   type Call,
   type Candidate,
+  type ClaimWrites,
   type FlowEffectOps,
   type FlowMode,
   type FlowOps,
@@ -95,6 +96,17 @@ const headKey = (ready: Readiness, pageSize: number) => {
   return `${lim.groupConcurrency ?? ""}:${lim.groupRateLimit !== null ? 1 : 0}`
 }
 
+/** The statements of a claim's bookkeeping (`ClaimWrites`), once it took its job: its log entries, then the round. */
+const bookkeeping = (queue: string, now: number, writes: ClaimWrites): Array<readonly [string, ReadonlyArray<Param>]> => {
+  const statements: Array<readonly [string, ReadonlyArray<Param>]> = []
+  if (writes.log.length === 2) {
+    const [[s1, q1], [s2, q2]] = writes.log as readonly [readonly [string, number], readonly [string, number]]
+    statements.push([sql.logTwo, [queue, s1, q1, now, queue, s2, q2, now]])
+  } else for (const [scope, seq] of writes.log) statements.push([sql.log, [queue, scope, seq, now]])
+  if (writes.round !== null) statements.push([sql.advanceRound.text, sql.advanceRound.bind([writes.round, queue])])
+  return statements
+}
+
 type GenOps = {
   readonly [K in keyof FlowOps]: (ctx: Context, ...args: Parameters<FlowOps[K]>) => Steps<ReturnType<FlowOps[K]>>
 }
@@ -165,11 +177,7 @@ const genOps: GenOps = {
       ctx.head = undefined // buried: the page head's group counts, read before, still count it
       return row
     }
-    if (writes.log.length === 2) {
-      const [[s1, q1], [s2, q2]] = writes.log as readonly [readonly [string, number], readonly [string, number]]
-      yield* run(sql.logTwo, [queue, s1, q1, now, queue, s2, q2, now])
-    } else for (const [scope, seq] of writes.log) yield* run(sql.log, [queue, scope, seq, now])
-    if (writes.round !== null) yield* run(sql.advanceRound.text, sql.advanceRound.bind([writes.round, queue]))
+    for (const [text, params] of bookkeeping(queue, now, writes)) yield* run(text, params)
     return row
   },
   *prune({ queue }, scope, seq, before) {
@@ -269,17 +277,15 @@ export const claimFirstNow = (c: DirectConnection, queue: string, workerId: stri
   // After the row's columns (`rowOf`), the five the statement returns after them.
   const [round, current, group, queueLast, groupLast] = values.slice(-5) as [number, number, string, number, number]
   const scope = `#${group}`
-  if (rate !== null && groupRate !== null) {
-    c.run(sql.logTwo, [queue, "", queueLast + 1, now, queue, scope, groupLast + 1, now])
-  } else if (rate !== null) c.run(sql.log, [queue, "", queueLast + 1, now])
-  else if (groupRate !== null) c.run(sql.log, [queue, scope, groupLast + 1, now])
-  const moved = roundToWrite(round, current)
-  if (moved !== null) c.run(sql.advanceRound.text, sql.advanceRound.bind([moved, queue]))
-  // Claims `limit` places before this one no longer decide anything (flow.ts, the walk's end).
-  if (rate !== null && queueLast + 1 - rate[0] > 0) c.run(sql.prune, [queue, "", queueLast + 1 - rate[0], now - rate[1]])
-  if (groupRate !== null && groupLast + 1 - groupRate[0] > 0) {
-    c.run(sql.prune, [queue, scope, groupLast + 1 - groupRate[0], now - groupRate[1]])
-  }
+  // What the walk writes for its one claim (flow.ts): an entry per rate, the round, then the prunes.
+  const log: Array<readonly [string, number]> = []
+  if (rate !== null) log.push(["", queueLast + 1])
+  if (groupRate !== null) log.push([scope, groupLast + 1])
+  for (const [text, params] of bookkeeping(queue, now, { log, round: roundToWrite(round, current) })) c.run(text, params)
+  const queueUpTo = rate === null ? null : prunableUpTo(queueLast, 1, rate[0])
+  if (queueUpTo !== null) c.run(sql.prune, [queue, "", queueUpTo, now - rate![1]])
+  const groupUpTo = groupRate === null ? null : prunableUpTo(groupLast, 1, groupRate[0])
+  if (groupUpTo !== null) c.run(sql.prune, [queue, scope, groupUpTo, now - groupRate![1]])
   return row
 }
 
