@@ -2,29 +2,29 @@
  * Contention (issue 11, item 4; SQLite): 8 processes mix every kind of
  * write on one file at once (chaos/workers/contention-worker.ts). No
  * `SQLITE_BUSY`/`SQLITE_LOCKED` (nor any other error) may reach a caller,
- * and each process's event-loop delay p99 stays under 50 ms (the store's
- * busy waits must not block the loop) — beyond what an idle control
- * process sees on the same machine at the same time, which on a shared
- * machine is the OS's scheduling, not the store; throughput and counts are
- * reported.
+ * and each process's own event-loop delay p99 stays under 50 ms (the store's
+ * busy waits must not block the loop). A process's own delay is the loop's
+ * delay less the time it waited for a CPU meanwhile (chaos/lib/loopDelay.ts):
+ * nine processes on two cores wait ~650 ms a second each, which is the OS's
+ * time slicing, not the store (the raw p99 read 34–69 ms in CI runs). Off
+ * Linux, where that wait cannot be read, the raw p99 is judged less an idle
+ * control process's. Throughput, counts and the raw figures are reported.
  */
 import * as fs from "node:fs"
+import type { LoopDelay } from "../lib/loopDelay.js"
 import { createTarget, integrity, scratch, withStore } from "../engine.js"
 import { type Check, violations as collect } from "../lib/check.js"
 import { type Child, describeExit, spawnWorker, waitUntil } from "../lib/procs.js"
 import { makeRng } from "../lib/rng.js"
 import { Effect } from "effect"
 
-interface Result {
+interface Result extends LoopDelay {
   readonly result: true
   readonly counts: Record<string, number>
   readonly ops: number
   readonly busy: number
   readonly failures: ReadonlyArray<string>
   readonly seconds: number
-  readonly p99Ms: number
-  readonly maxMs: number
-  readonly runqueueWaitMs: number
 }
 
 const processes = 8
@@ -63,9 +63,13 @@ export const contention: Check = {
       for (const r of results) {
         for (const [k, n] of Object.entries(r.counts)) totals[k] = (totals[k] ?? 0) + n
         for (const f of r.failures) v.add("error reached a caller", f)
-        // the machine's own scheduling noise (the control's p99, on a shared machine) is not the store's
-        if (r.p99Ms - noiseMs >= p99LimitMs) {
-          v.add("event loop", `a process's delay p99 ${r.p99Ms.toFixed(1)} ms (control ${noiseMs.toFixed(1)} ms)`)
+        // the machine's own scheduling (its CPU wait; else the idle control's p99) is not the store's
+        const ownMs = r.schedstat ? r.ownP99Ms : r.p99Ms - noiseMs
+        if (ownMs >= p99LimitMs) {
+          v.add(
+            "event loop",
+            `a process's own delay p99 ${ownMs.toFixed(1)} ms (raw ${r.p99Ms.toFixed(1)} ms, control ${noiseMs.toFixed(1)} ms)`
+          )
         }
       }
       const busy = results.reduce((n, r) => n + r.busy, 0)
@@ -82,6 +86,8 @@ export const contention: Check = {
           opsPerSec: Math.round(ops / seconds),
           busyErrors: busy,
           otherErrors: Object.entries(totals).filter(([k]) => k.endsWith(".failed")).reduce((n, [, c]) => n + c, 0) - busy,
+          ownP99MaxMs: Math.max(...results.map((r) => r.ownP99Ms)).toFixed(1),
+          ownLoopMaxMs: Math.max(...results.map((r) => r.ownMaxMs)).toFixed(1),
           p99MaxMs: Math.max(...results.map((r) => r.p99Ms)).toFixed(1),
           controlP99Ms: noiseMs.toFixed(1),
           loopMaxMs: Math.max(...results.map((r) => r.maxMs)).toFixed(1),

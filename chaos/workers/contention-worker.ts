@@ -3,17 +3,18 @@
  * the go file, then for `duration` ms mixes enqueue, claim + ack, claim +
  * retry, lock acquire/renew/release and schedule upserts on the shared
  * database, with `runAsStandby` running beside them, and measures its own
- * event-loop delay. With `control` as the seed it runs no store at all and
- * only measures (the machine's own scheduling noise). Every failure that reaches it is counted (busy ones
+ * event-loop delay, raw and less its wait for a CPU (chaos/lib/loopDelay.ts).
+ * With `control` as the seed it runs no store at all and only measures (the
+ * machine's own scheduling noise). Every failure that reaches it is counted (busy ones
  * apart); it prints one JSON line of counts at the end.
  *
  * argv: target (JSON), go file, seed, duration (ms)
  */
 import { Effect, Fiber, Option } from "effect"
 import * as fs from "node:fs"
-import { monitorEventLoopDelay } from "node:perf_hooks"
 import { Locks, Queues, Scheduler } from "../../src/index.js"
 import { openStore, parseTarget } from "../engine.js"
+import { type LoopDelay, sampleLoopDelay } from "../lib/loopDelay.js"
 import { makeRng } from "../lib/rng.js"
 
 const [targetArg, goFile, seedArg, durationArg] = process.argv.slice(2)
@@ -38,18 +39,6 @@ const op = <A, E>(name: string, effect: Effect.Effect<A, E>) =>
     Effect.asVoid
   )
 
-/**
- * How long the main thread waited for a CPU (runnable, not running), from
- * Linux's schedstat: the machine's share of any event-loop delay.
- */
-const runqueueWaitMs = () => {
-  try {
-    return Number(fs.readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[1]) / 1e6
-  } catch {
-    return NaN
-  }
-}
-
 const pause = (ms: number) => Effect.async<void>((resume) => {
   const timer = setTimeout(() => resume(Effect.void), ms)
   return Effect.sync(() => clearTimeout(timer))
@@ -59,15 +48,15 @@ const pause = (ms: number) => Effect.async<void>((resume) => {
 const control = Effect.gen(function*() {
   process.stdout.write(`${JSON.stringify({ ready: true })}\n`)
   while (!fs.existsSync(goFile!)) yield* Effect.sleep(10)
-  const delay = monitorEventLoopDelay({ resolution: 5 })
   const until = Date.now() + Number(durationArg)
   const measureFrom = Date.now() + Math.min(1_000, Number(durationArg) / 5)
+  let sampler: ReturnType<typeof sampleLoopDelay> | undefined
   while (Date.now() < until) {
-    if (Date.now() >= measureFrom) delay.enable()
+    if (Date.now() >= measureFrom) sampler ??= sampleLoopDelay()
     yield* pause(rng.int(2, 12))
   }
-  delay.disable()
-  process.stdout.write(`${JSON.stringify({ control: true, p99Ms: delay.percentile(99) / 1e6, maxMs: delay.max / 1e6 })}\n`)
+  const delay: LoopDelay | undefined = sampler?.stop()
+  process.stdout.write(`${JSON.stringify({ control: true, ...delay })}\n`)
 })
 
 const program = Effect.gen(function*() {
@@ -80,17 +69,13 @@ const program = Effect.gen(function*() {
   while (!fs.existsSync(goFile!)) yield* Effect.sleep(10)
 
   const standby = yield* Effect.fork(scheduler.runAsStandby)
-  const delay = monitorEventLoopDelay({ resolution: 5 })
   const started = Date.now()
   const until = started + Number(durationArg)
   // the first second warms the JIT up; the delay is measured from then on (the counts cover it all)
   const measureFrom = started + Math.min(1_000, Number(durationArg) / 5)
-  let waitedFrom: number | undefined
+  let sampler: ReturnType<typeof sampleLoopDelay> | undefined
   while (Date.now() < until) {
-    if (Date.now() >= measureFrom && waitedFrom === undefined) {
-      delay.enable()
-      waitedFrom = runqueueWaitMs()
-    }
+    if (Date.now() >= measureFrom) sampler ??= sampleLoopDelay()
     // paced, as an application's requests are (8 CPU-bound loops on a small machine would measure
     // the OS's time slicing): the delay measured is the store's own synchronous stretches, busy waits included
     yield* pause(rng.int(2, 12))
@@ -113,8 +98,7 @@ const program = Effect.gen(function*() {
       yield* op("schedule", scheduler.schedule(`s-${rng.int(0, 7)}`, `@every ${rng.int(1, 5)}s`, "work", { from: me }))
     }
   }
-  delay.disable()
-  const waited = runqueueWaitMs() - (waitedFrom ?? NaN)
+  const delay: LoopDelay | undefined = sampler?.stop()
   yield* Fiber.interrupt(standby)
   const ops = Object.entries(counts).filter(([k]) => !k.endsWith(".failed")).reduce((n, [, c]) => n + c, 0)
   process.stdout.write(`${JSON.stringify({
@@ -124,9 +108,7 @@ const program = Effect.gen(function*() {
     busy,
     failures,
     seconds: (Date.now() - started) / 1000,
-    p99Ms: delay.percentile(99) / 1e6,
-    maxMs: delay.max / 1e6,
-    runqueueWaitMs: waited
+    ...delay
   })}\n`)
 })
 
