@@ -6,7 +6,7 @@
  * busy waits must not block the loop). A process's own delay is the loop's
  * delay less the time it waited for a CPU meanwhile (chaos/lib/loopDelay.ts):
  * nine processes on two cores wait ~650 ms a second each, which is the OS's
- * time slicing, not the store (the raw p99 read 34–69 ms in CI runs). Off
+ * time slicing, not the store (the raw p99 read 32–69 ms in CI runs). Off
  * Linux, where that wait cannot be read, the raw p99 is judged less an idle
  * control process's. Throughput, counts and the raw figures are reported.
  */
