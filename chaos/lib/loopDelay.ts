@@ -7,7 +7,7 @@
  * it does not wait for a CPU), which is what a store must keep short.
  *
  * Eight busy processes on two cores each wait ~650 ms a second for a CPU, so
- * the raw delay's p99 is the OS's time slicing (35–70 ms on this machine),
+ * the raw delay's p99 is the OS's time slicing (32–69 ms in CI runs here),
  * not the store. A wait accrued before the timer was due (while other work
  * ran) is subtracted too, so the process's own delay may read up to one
  * interval low.
