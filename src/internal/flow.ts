@@ -272,12 +272,12 @@ export function* flowWalk(now: number, n: number, mode: FlowMode): Walk<FlowOutc
         continue
       }
       rows.push(c.state === "claimed" ? { ...row, lapsed: true } : row)
+      if (round !== null) advancedTo = round
     }
     taken++
     if (c.state !== "claimed") takenPending++
     budget--
     if (group !== undefined) group.taken++
-    if (!dry && roundToWrite(c.round, advancedTo) !== null) advancedTo = c.round
   }
   if (!dry && taken > 0) {
     if (lim.rateLimit !== null) {
