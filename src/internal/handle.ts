@@ -1,109 +1,16 @@
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Clock, type Context, DateTime, Duration, Effect, Exit, FiberRef, Option, type Tracer } from "effect"
+import { Cause, Clock, type Context, type Duration, Effect, Exit, FiberRef, type Tracer } from "effect"
 import type * as Q from "../Queues.js"
 import { type InvalidOptions, InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { instantAfter, optionalDurationMillis } from "./duration.js"
 import type { Fence, JobRow, QueueStorage } from "./engine.js"
 import { causeText, failureText, storableText } from "./errorText.js"
+import { JobView } from "./jobView.js"
 import type { PayloadCodec } from "./payload.js"
 import { attr, type Attributes, describing, type QueueMetrics, traced, wonOrLost } from "./telemetry.js"
 import { givingBack, tellingIfCut, wakingAfter } from "./patience.js"
 import { inTransaction } from "./transactionOwner.js"
-
-const utc = (ms: number) => DateTime.unsafeMake(ms) as DateTime.Utc
-const optionalUtc = (ms: number | null) => (ms === null ? Option.none() : Option.some(utc(ms)))
-
-
-/**
- * A claimed row as the contract's `Job`, for `handle.job`: what every
- * handler reads — the id, the payload, the counters — are plain fields, while
- * the `DateTime`, `Duration` and `Option` fields (a dozen allocations) are
- * built together on the first touch of any of them, so a batch read for its
- * payloads never builds them. Those are getters on the prototype: a spread
- * copy (`{ ...handle.job }`) has the plain fields only; `toJSON()` gives
- * the whole job as a plain object.
- */
-class JobView<A> implements Q.Job<A> {
-  readonly id: number
-  readonly state: Q.Job<A>["state"]
-  readonly priority: number
-  readonly attempts: number
-  readonly maxAttempts: number
-  readonly #row: JobRow
-  #full: Q.Job<A> | undefined
-  constructor(row: JobRow, readonly payload: A, readonly queue: string) {
-    this.#row = row
-    this.id = row.id
-    this.state = row.state === "scheduled" ? "pending" : row.state
-    this.priority = row.priority
-    this.attempts = row.attempts
-    this.maxAttempts = row.max_attempts
-  }
-  toJSON(): Q.Job<A> {
-    return (this.#full ??= toJob(this.#row, this.payload, this.queue))
-  }
-  get runAt() {
-    return this.toJSON().runAt
-  }
-  get visibilityTimeout() {
-    return this.toJSON().visibilityTimeout
-  }
-  get backoffBase() {
-    return this.toJSON().backoffBase
-  }
-  get expiresAt() {
-    return this.toJSON().expiresAt
-  }
-  get claimedUntil() {
-    return this.toJSON().claimedUntil
-  }
-  get workerId() {
-    return this.toJSON().workerId
-  }
-  get createdAt() {
-    return this.toJSON().createdAt
-  }
-  get lastError() {
-    return this.toJSON().lastError
-  }
-  get diedAt() {
-    return this.toJSON().diedAt
-  }
-}
-
-/**
- * A stored row as the contract's `Job`, every field built now (a plain
- * object: inspection reads few rows, and callers spread it). `queue` is the
- * caller's own name where it has one: a name read back from storage is used
- * only because names are well-formed (checked at every entry point), so it
- * is the same string that was written.
- */
-/** `now − runAt` of the oldest due pending job, as `stats` reports it (never negative). */
-export const oldestPendingAge = (at: number, oldestRunAt: number | null): Option.Option<Duration.Duration> =>
-  oldestRunAt === null ? Option.none() : Option.some(Duration.millis(Math.max(0, at - oldestRunAt)))
-
-export const toJob = <A>(row: JobRow, payload: A, queue: string = row.queue): Q.Job<A> => ({
-  id: row.id,
-  queue,
-  payload,
-  state: row.state === "scheduled" ? "pending" : row.state,
-  priority: row.priority,
-  runAt: utc(row.run_at),
-  attempts: row.attempts,
-  maxAttempts: row.max_attempts,
-  visibilityTimeout: Duration.millis(row.visibility_timeout),
-  backoffBase: Duration.millis(row.backoff_base),
-  expiresAt: optionalUtc(row.expires_at),
-  claimedUntil: optionalUtc(row.claimed_until),
-  workerId: Option.fromNullable(row.worker_id),
-  createdAt: utc(row.created_at),
-  lastError: Option.fromNullable(row.last_error),
-  diedAt: optionalUtc(row.died_at)
-})
-
-/** A stored row as a `Job` whose payload is read as stored (JSON). */
-export const storedJob = (row: JobRow): Q.Job<unknown> => toJob(row, JSON.parse(row.payload) as unknown)
 
 const errorText = (error: unknown): string | undefined =>
   error === undefined ? undefined : storableText(typeof error === "string" ? error : failureText(error))
@@ -189,6 +96,161 @@ export const jobAttributes = (queueName: string, row: JobRow): Attributes => ({
  * operation is a getter, so a handle is one object (a getter's closure keeps
  * `const { retry } = handle` working, built when it is read).
  */
+/**
+ * What the handles of one queue share: the queue's own operations, one object per queue. The handle class
+ * itself is one for every queue and store, so the code that reads handles (a worker, `ackAll`, a stream, a
+ * handler's `handle.job`) sees one shape whatever queue they came from: a class made per queue gave each
+ * queue's handles their own shape, and an application's second queue (or second store) deoptimized what V8
+ * had compiled for the first.
+ */
+interface HandleQueue {
+  readonly queueName: string
+  readonly storage: QueueStorage
+  readonly signal: (count: number) => Effect.Effect<void>
+  readonly m: QueueMetrics
+  /** After an ack or a death: wakes waiters a limited queue held back (flow control). */
+  readonly freed: Effect.Effect<void, SqlError>
+  /** The ack, with what it frees told. */
+  readonly ackOf: (fence: Fence) => Effect.Effect<boolean, SqlError>
+  /** After a heartbeat made a lease shorter: its waiters read again. */
+  readonly leaseShortened: Effect.Effect<void, SqlError>
+  /** A metric update of a write in the calling fiber's transaction: counted when (if) it commits. */
+  readonly countOnCommit: (f: () => void) => Effect.Effect<void>
+  readonly bury: (fence: Fence, error: string | undefined) => Effect.Effect<boolean, SqlError>
+}
+
+const now = Clock.currentTimeMillis
+
+class Handle<A> implements ClaimHandle<A> {
+  readonly fence: Fence
+  readonly queueName: string
+  readonly storage: QueueStorage
+  jobSpan: Tracer.Span | undefined = undefined
+  settledAs: Exclude<Outcome, "lost"> | undefined = undefined
+  private view: Q.Job<A> | undefined = undefined
+  /** The claim's lease end in the database as this handle knows it (`null`: not known; see `beat`). */
+  private leaseEnd: number | null
+  constructor(private readonly queue: HandleQueue, readonly row: JobRow, readonly payload: A) {
+    this.fence = { id: row.id, token: row.claim_token }
+    this.queueName = queue.queueName
+    this.storage = queue.storage
+    this.leaseEnd = row.claimed_until
+  }
+  get job(): Q.Job<A> {
+    if (this.view === undefined) this.view = new JobView(this.row, this.payload, this.queueName)
+    return this.view
+  }
+  get attributes() {
+    return jobAttributes(this.queueName, this.row)
+  }
+  /** The options of an operation's span: a child of the claim's own span when a stream holds one. */
+  get spanOptions() {
+    return this.jobSpan === undefined ? undefined : { parent: this.jobSpan }
+  }
+  endJobSpan(outcome: string) {
+    return this.jobSpan === undefined ? Effect.void : endSpan(this.jobSpan, outcome)
+  }
+  /**
+   * `effect`, then what it settled the claim as (`outcomeOf` its result) kept in `settledAs` when it won,
+   * and the claim's span (when it has one) ended with it.
+   */
+  private settling<X, E>(effect: Effect.Effect<X, E>, outcomeOf: (x: X) => Outcome): Effect.Effect<X, E> {
+    return Effect.tap(effect, (x) => {
+      const outcome = outcomeOf(x)
+      if (outcome !== "lost") this.settledAs = outcome
+      return this.endJobSpan(outcome)
+    })
+  }
+  get withJobSpan() {
+    const span = this.jobSpan
+    return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
+  }
+  get ack() {
+    const { ackOf, countOnCommit, m, freed } = this.queue
+    const acked = tellingIfCut(Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void)), freed)
+    return this.settling(
+      traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
+      (ok) => (ok ? "acked" : "lost")
+    )
+  }
+  get release() {
+    const { storage, signal } = this.queue
+    const released = wakingAfter(Effect.flatMap(now, (at) => storage.release(this.fence, at)), signal(1))
+    return this.settling(
+      traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
+      (ok) => (ok ? "released" : "lost")
+    )
+  }
+  get retry() {
+    const { fence, row, spanOptions } = this
+    const { storage, signal, countOnCommit, m, bury } = this.queue
+    const attributes = () => this.attributes
+    const settling = (effect: Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>) =>
+      this.settling(effect, (outcome) => outcome)
+    return (error?: unknown, delay?: Duration.DurationInput) => settling(traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
+      const explicitDelay = yield* optionalDurationMillis("delay", delay)
+      const text = errorText(error)
+      if (row.attempts >= row.max_attempts) {
+        return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
+      }
+      const at = yield* now
+      const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
+      const retried = yield* wakingAfter(
+        Effect.tap(storage.retry(fence, runAt, at, text), (retried) => retried ? countOnCommit(() => m.retried()) : Effect.void),
+        signal(1)
+      )
+      return retried ? "retried" as const : "lost" as const
+    }), (outcome, span) => span.attribute(attr.outcome, outcome), spanOptions))
+  }
+  get fail() {
+    const { fence, spanOptions } = this
+    const { bury } = this.queue
+    const attributes = () => this.attributes
+    return (error: unknown) =>
+      this.settling(
+        traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
+        (ok) => (ok ? "dead" : "lost")
+      )
+  }
+  get keepAlive() {
+    return this.beat(undefined, true)
+  }
+  get heartbeat() {
+    return (extend?: Duration.DurationInput) => this.beat(extend, false)
+  }
+  /**
+   * The lease to `extend` (its visibility timeout by default) from now; `onlyLonger`: never shorter than
+   * the lease in the database, whatever this handle last set (a heartbeat of the handler's own, in a
+   * transaction that rolled back, set nothing).
+   */
+  private beat(extend: Duration.DurationInput | undefined, onlyLonger: boolean) {
+    const { fence, row, spanOptions } = this
+    const { storage, leaseShortened } = this.queue
+    const attributes = () => this.attributes
+    const self = this
+    return traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
+      const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
+      const claimedUntil = yield* instantAfter(
+        extendMillis === undefined ? "visibilityTimeout" : "extend",
+        yield* now,
+        extendMillis ?? row.visibility_timeout
+      )
+      const extended = yield* (onlyLonger ? storage.keepAlive(fence, claimedUntil) : storage.heartbeat(fence, claimedUntil))
+      if (!extended) return false
+      // A lease made shorter lapses before the deadline a waiter computed: it reads again (in this
+      // process, and in others where their commits do not tell them by themselves: PostgreSQL's NOTIFY).
+      // The lease end in the database is known after a heartbeat that committed on its own; one made inside
+      // a transaction may yet roll back, so after it the end is unknown and the next heartbeat signals.
+      const shortened = !onlyLonger && (self.leaseEnd === null || claimedUntil < self.leaseEnd)
+      if (yield* inTransaction) self.leaseEnd = null
+      else if (!onlyLonger) self.leaseEnd = claimedUntil
+      else if (self.leaseEnd !== null && claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
+      if (shortened) yield* leaseShortened
+      return true
+    }), wonOrLost("extended"), spanOptions)
+  }
+}
+
 export const makeHandles = <A>(
   queueName: string,
   storage: QueueStorage,
@@ -213,134 +275,13 @@ export const makeHandles = <A>(
     })
   // A settle whose wake an interruption cut off after its write tells this process's waiters anyway
   // (patience.ts `tellingIfCut`, `wakingAfter`): `freed` for what an ack or a death frees, a signal for a job back in line.
-  const now = Clock.currentTimeMillis
   const bury = (fence: Fence, error: string | undefined) =>
     wakingAfter(
       Effect.tap(Effect.flatMap(now, (at) => storage.bury(fence, at, error)), (buried) =>
         buried ? countOnCommit(() => m.dead(1)) : Effect.void),
       freed
     )
-
-  class Handle implements ClaimHandle<A> {
-    readonly fence: Fence
-    readonly queueName = queueName
-    readonly storage = storage
-    jobSpan: Tracer.Span | undefined = undefined
-    settledAs: Exclude<Outcome, "lost"> | undefined = undefined
-    private view: Q.Job<A> | undefined
-    /** The claim's lease end in the database as this handle knows it (`null`: not known; see `beat`). */
-    private leaseEnd: number | null
-    constructor(readonly row: JobRow, readonly payload: A) {
-      this.fence = { id: row.id, token: row.claim_token }
-      this.leaseEnd = row.claimed_until
-    }
-    get job(): Q.Job<A> {
-      if (this.view === undefined) this.view = new JobView(this.row, this.payload, queueName)
-      return this.view
-    }
-    get attributes() {
-      return jobAttributes(queueName, this.row)
-    }
-    /** The options of an operation's span: a child of the claim's own span when a stream holds one. */
-    get spanOptions() {
-      return this.jobSpan === undefined ? undefined : { parent: this.jobSpan }
-    }
-    endJobSpan = (outcome: string) => (this.jobSpan === undefined ? Effect.void : endSpan(this.jobSpan, outcome))
-    /**
-     * `effect`, then what it settled the claim as (`outcomeOf` its result) kept in `settledAs` when it won,
-     * and the claim's span (when it has one) ended with it.
-     */
-    private settling<X, E>(effect: Effect.Effect<X, E>, outcomeOf: (x: X) => Outcome): Effect.Effect<X, E> {
-      return Effect.tap(effect, (x) => {
-        const outcome = outcomeOf(x)
-        if (outcome !== "lost") this.settledAs = outcome
-        return this.endJobSpan(outcome)
-      })
-    }
-    get withJobSpan() {
-      const span = this.jobSpan
-      return <X, E, R>(effect: Effect.Effect<X, E, R>) => (span === undefined ? effect : Effect.withParentSpan(effect, span))
-    }
-    get ack() {
-      const acked = tellingIfCut(Effect.tap(ackOf(this.fence), (ok) => (ok ? countOnCommit(() => m.acked(1)) : Effect.void)), freed)
-      return this.settling(
-        traced("alkstore.queue.ack", () => this.attributes, acked, wonOrLost("acked"), this.spanOptions),
-        (ok) => (ok ? "acked" : "lost")
-      )
-    }
-    get release() {
-      const released = wakingAfter(Effect.flatMap(now, (at) => storage.release(this.fence, at)), signal(1))
-      return this.settling(
-        traced("alkstore.queue.release", () => this.attributes, released, wonOrLost("released"), this.spanOptions),
-        (ok) => (ok ? "released" : "lost")
-      )
-    }
-    get retry() {
-      const { fence, row, spanOptions } = this
-      const attributes = () => this.attributes
-      const settling = (effect: Effect.Effect<"retried" | "dead" | "lost", InvalidOptions | SqlError>) =>
-        this.settling(effect, (outcome) => outcome)
-      return (error?: unknown, delay?: Duration.DurationInput) => settling(traced("alkstore.queue.retry", attributes, Effect.gen(function*() {
-        const explicitDelay = yield* optionalDurationMillis("delay", delay)
-        const text = errorText(error)
-        if (row.attempts >= row.max_attempts) {
-          return (yield* bury(fence, text ?? "max attempts exceeded")) ? "dead" as const : "lost" as const
-        }
-        const at = yield* now
-        const runAt = yield* instantAfter("delay", at, explicitDelay ?? backoffMillis(row.backoff_base, row.attempts))
-        const retried = yield* wakingAfter(
-          Effect.tap(storage.retry(fence, runAt, at, text), (retried) => retried ? countOnCommit(() => m.retried()) : Effect.void),
-          signal(1)
-        )
-        return retried ? "retried" as const : "lost" as const
-      }), (outcome, span) => span.attribute(attr.outcome, outcome), spanOptions))
-    }
-    get fail() {
-      const { fence, spanOptions } = this
-      const attributes = () => this.attributes
-      return (error: unknown) =>
-        this.settling(
-          traced("alkstore.queue.fail", attributes, bury(fence, errorText(error) ?? "failed"), wonOrLost("dead"), spanOptions),
-          (ok) => (ok ? "dead" : "lost")
-        )
-    }
-    get keepAlive() {
-      return this.beat(undefined, true)
-    }
-    get heartbeat() {
-      return (extend?: Duration.DurationInput) => this.beat(extend, false)
-    }
-    /**
-     * The lease to `extend` (its visibility timeout by default) from now; `onlyLonger`: never shorter than
-     * the lease in the database, whatever this handle last set (a heartbeat of the handler's own, in a
-     * transaction that rolled back, set nothing).
-     */
-    private beat(extend: Duration.DurationInput | undefined, onlyLonger: boolean) {
-      const { fence, row, spanOptions } = this
-      const attributes = () => this.attributes
-      const self = this
-      return traced("alkstore.queue.heartbeat", attributes, Effect.gen(function*() {
-        const extendMillis = yield* optionalDurationMillis("extend", extend, { positive: true })
-        const claimedUntil = yield* instantAfter(
-          extendMillis === undefined ? "visibilityTimeout" : "extend",
-          yield* now,
-          extendMillis ?? row.visibility_timeout
-        )
-        const extended = yield* (onlyLonger ? storage.keepAlive(fence, claimedUntil) : storage.heartbeat(fence, claimedUntil))
-        if (!extended) return false
-        // A lease made shorter lapses before the deadline a waiter computed: it reads again (in this
-        // process, and in others where their commits do not tell them by themselves: PostgreSQL's NOTIFY).
-        // The lease end in the database is known after a heartbeat that committed on its own; one made inside
-        // a transaction may yet roll back, so after it the end is unknown and the next heartbeat signals.
-        const shortened = !onlyLonger && (self.leaseEnd === null || claimedUntil < self.leaseEnd)
-        if (yield* inTransaction) self.leaseEnd = null
-        else if (!onlyLonger) self.leaseEnd = claimedUntil
-        else if (self.leaseEnd !== null && claimedUntil > self.leaseEnd) self.leaseEnd = claimedUntil
-        if (shortened) yield* leaseShortened
-        return true
-      }), wonOrLost("extended"), spanOptions)
-    }
-  }
+  const queue: HandleQueue = { queueName, storage, signal, m, freed, ackOf, leaseShortened, countOnCommit, bury }
 
   /**
    * Handles for claimed rows (counted: claims, lapses, the wait since due);
@@ -426,7 +367,7 @@ export const makeHandles = <A>(
       }
       m.wait(at - row.run_at)
       if (row.lapsed === true) m.leaseLapse()
-      handles.push(new Handle(row, payload))
+      handles.push(new Handle(queue, row, payload))
     }
     if (undecodable.length === 0) {
       if (handles.length > 0) m.claimed(handles.length)
