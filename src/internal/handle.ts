@@ -91,12 +91,6 @@ export const jobAttributes = (queueName: string, row: JobRow): Attributes => ({
 })
 
 /**
- * Claim handles of one queue. Claims come by the thousand: the `Job` view
- * is built on first use (a batch acked unread never builds it), and every
- * operation is a getter, so a handle is one object (a getter's closure keeps
- * `const { retry } = handle` working, built when it is read).
- */
-/**
  * What the handles of one queue share: the queue's own operations, one object per queue. The handle class
  * itself is one for every queue and store, so the code that reads handles (a worker, `ackAll`, a stream, a
  * handler's `handle.job`) sees one shape whatever queue they came from: a class made per queue gave each
@@ -121,6 +115,12 @@ interface HandleQueue {
 
 const now = Clock.currentTimeMillis
 
+/**
+ * A claim handle. Claims come by the thousand: the `Job` view is built on
+ * first use (a batch acked unread never builds it), and every operation is a
+ * getter, so a handle is one object (a getter's closure keeps
+ * `const { retry } = handle` working, built when it is read).
+ */
 class Handle<A> implements ClaimHandle<A> {
   readonly fence: Fence
   readonly queueName: string
@@ -251,6 +251,7 @@ class Handle<A> implements ClaimHandle<A> {
   }
 }
 
+/** The claim handles of one queue: `toHandles` turns the rows a claim returned into handles. */
 export const makeHandles = <A>(
   queueName: string,
   storage: QueueStorage,
