@@ -115,6 +115,11 @@ export interface QueueStorage {
    */
   readonly insertOneNow?: (context: Context.Context<never>, job: NewJob) => number | undefined
   /**
+   * `insert` of a batch whose jobs differ in their payloads alone (one `enqueueBatch` without a key): the
+   * jobs as `template` with each of `payloads`, without a job object per payload, where the engine has it.
+   */
+  readonly insertPayloads?: (template: NewJob, payloads: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<number>, SqlError>
+  /**
    * Claims up to `limit` claimable jobs in contract order. Due jobs that have
    * expired or spent their attempts move to dead on the way instead: their
    * rows come after the claimed ones, with state `dead` (for the metrics;

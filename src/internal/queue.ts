@@ -4,7 +4,7 @@ import type * as Q from "../Queues.js"
 import { InvalidOptions, type InvalidPayload } from "../StoreError.js"
 import { backoffMillis } from "./backoff.js"
 import { isInvalid } from "./duration.js"
-import { type EngineShape, type Fence, type NewJob, signalOnCommit } from "./engine.js"
+import { type EngineShape, type Fence, signalOnCommit } from "./engine.js"
 import {
   checkEnqueue,
   type EnqueueOptionsInput,
@@ -294,27 +294,31 @@ export const makeQueue = <A>(
     const resolved = checkEnqueue(stamp, opts as EnqueueOptionsInput | undefined, at)
     if (isInvalid(resolved)) return Effect.fail(resolved)
     const traceContext = traceparentOf(fiber.currentContext)
-    const jobs: Array<NewJob> = []
+    const encoded: Array<string> = []
     try {
       for (const payload of payloads) {
-        const encoded = codec.encode(payload)
-        if (typeof encoded !== "string") return Effect.fail(encoded)
-        jobs.push(newJob(resolved, encoded, at, traceContext))
+        const text = codec.encode(payload)
+        if (typeof text !== "string") return Effect.fail(text)
+        encoded.push(text)
       }
     } catch (cause) {
       // The caller's iterable threw (the codec itself never does): the payloads' problem, not a defect.
       return Effect.fail(thrownProblem(cause, "read"))
     }
     // One key names one live job: a shared key would silently collapse the batch into its first payload.
-    if (resolved.key !== undefined && jobs.length > 1) {
+    if (resolved.key !== undefined && encoded.length > 1) {
       return Effect.fail(
         new InvalidOptions({ field: "key", reason: "a batch of more than one payload cannot share one idempotency key" })
       )
     }
-    if (jobs.length === 0) return Effect.succeed([])
-    return Effect.map(storage.insert(jobs), (ids) => {
-      engine.signal(fiber.currentContext, name, jobs.length)
-      m.enqueued(jobs.length)
+    if (encoded.length === 0) return Effect.succeed([])
+    // The jobs differ in their payloads alone: where the engine can, they go in as one template and the payloads.
+    const inserted = storage.insertPayloads !== undefined && resolved.key === undefined
+      ? storage.insertPayloads(newJob(resolved, "", at, traceContext), encoded)
+      : storage.insert(encoded.map((payload) => newJob(resolved, payload, at, traceContext)))
+    return Effect.map(inserted, (ids) => {
+      engine.signal(fiber.currentContext, name, encoded.length)
+      m.enqueued(encoded.length)
       return ids
     })
   }

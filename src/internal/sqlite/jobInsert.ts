@@ -93,9 +93,9 @@ type SharedRow = {
 const sharedRowsSql: Array<string> = []
 const sharedRowsText = (rows: number) => (sharedRowsSql[rows] ??= insertSharedRows(rows))
 
-/** The batch of `insertSharedRows`: the shared values once, then each payload. */
-const insertSharedNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>, ids: Array<number>) => {
-  const first = jobs[0]!
+/** The batch of `insertSharedRows`: the shared values (`first`'s) once, then each payload. */
+const insertSharedNow = (c: DirectConnection, first: NewJob, payloads: ReadonlyArray<string>): Array<number> => {
+  const ids: Array<number> = new Array(payloads.length)
   const shared: SharedRow = {
     queue: first.queue,
     state: first.runAt > first.createdAt ? "scheduled" : "pending",
@@ -109,11 +109,11 @@ const insertSharedNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>, ids: 
     trace_context: first.traceContext ?? null,
     group_key: first.group
   }
-  for (let from = 0; from < jobs.length; from += INSERT_ROWS) {
-    const to = Math.min(jobs.length, from + INSERT_ROWS)
+  for (let from = 0; from < payloads.length; from += INSERT_ROWS) {
+    const to = Math.min(payloads.length, from + INSERT_ROWS)
     const params: Array<Param | SharedRow> = new Array(1 + to - from)
     params[0] = shared
-    for (let i = from, k = 1; i < to; i++) params[k++] = jobs[i]!.payload
+    for (let i = from, k = 1; i < to; i++) params[k++] = payloads[i]!
     const last = Number(c.run(sharedRowsText(to - from), params).lastInsertRowid)
     for (let i = from; i < to; i++) ids[i] = last - (to - 1 - i)
   }
@@ -141,7 +141,7 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
   for (let i = 1; i < jobs.length && shared; i++) shared = sharesAllButPayload(first, jobs[i]!)
   const unlimited = (shared || jobs.every((job) => job.queue === queue)) &&
     c.all(sql.hasLimits, [queue]).length === 0
-  if (unlimited && shared) return insertSharedNow(c, jobs, ids)
+  if (unlimited && shared) return insertSharedNow(c, first, jobs.map((job) => job.payload))
   const perRow = unlimited ? UNLIMITED_ROW_PARAMS : ROW_PARAMS
   // Rows of one statement read the table as it was before it: a group's rows there take its round plus their
   // place, each from its own priority's rotation — out of enqueue order when one group's rows differ in
@@ -185,3 +185,12 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
   return ids
 }
 
+/**
+ * A batch of `template`'s job with each of `payloads` (no key): one queue, so whether it has limits is read
+ * once, inside the transaction that inserts; without limits the rows go in as `insertSharedRows`, with no job
+ * object made per payload (a batch is where a cold process spends its first thousand jobs).
+ */
+export const insertPayloadsNow = (c: DirectConnection, template: NewJob, payloads: ReadonlyArray<string>): Array<number> =>
+  c.all(sql.hasLimits, [template.queue]).length === 0
+    ? insertSharedNow(c, template, payloads)
+    : insertManyNow(c, payloads.map((payload) => ({ ...template, payload })))

@@ -3,7 +3,7 @@ import { type Fence, type HoldersBuried, type JobRow, type MaintenanceRow, type 
 import type { SqlError } from "@effect/sql/SqlError"
 import { type DirectConnection, type Executor, notNow, type RunResult } from "./executor.js"
 import { inTransaction } from "../transactionOwner.js"
-import { expireKeyHolderParams, insertKeyedNow, insertManyNow, insertNow, insertValues } from "./jobInsert.js"
+import { expireKeyHolderParams, insertKeyedNow, insertManyNow, insertNow, insertPayloadsNow, insertValues } from "./jobInsert.js"
 import { keepFloorParams, keepFloorSql, raiseFloorSql } from "./jobIds.js"
 import { flowWalkEffect, flowWalkNow, limitedClaimNow } from "./flowStorage.js"
 import type { FlowMemory } from "../flowMemory.js"
@@ -267,7 +267,7 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
   (c: DirectConnection) =>
     c.transaction(() => ({ acked: ackInTransaction(c, fence), rows: claimNow(c, queue, workerId, clock, limit, memory, true) }))
 
-  const hot: Pick<QueueStorage, "insert" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
+  const hot: Pick<QueueStorage, "insert" | "insertPayloads" | "insertOne" | "claim" | "ack" | "ackMany" | "ackAndClaim"> =
     direct === undefined
     ? {
       insert,
@@ -288,6 +288,12 @@ export const makeQueueStorage = (db: Executor, memory: FlowMemory, buried: Holde
             : jobs.some((job) => job.key !== undefined)
             ? c.transaction(() => jobs.map((job) => insertNow(c, job, buried)))
             : c.transaction(() => insertManyNow(c, jobs))
+        ),
+      insertPayloads: (template, payloads) =>
+        direct((c) =>
+          payloads.length === 1
+            ? [insertOneBody({ ...template, payload: payloads[0]! })(c)]
+            : c.transaction(() => insertPayloadsNow(c, template, payloads))
         ),
       insertOne: (job) => direct(insertOneBody(job)),
       claim: (queue, workerId, clock, limit) =>
