@@ -133,7 +133,6 @@ const mixesPriorities = (jobs: ReadonlyArray<NewJob>) => {
 }
 
 export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>): Array<number> => {
-  const ids: Array<number> = new Array(jobs.length)
   // One queue (a batch's), and no limits on it: checked once, inside the transaction that inserts.
   const first = jobs[0]!
   const queue = first.queue
@@ -141,7 +140,12 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
   for (let i = 1; i < jobs.length && shared; i++) shared = sharesAllButPayload(first, jobs[i]!)
   const unlimited = (shared || jobs.every((job) => job.queue === queue)) &&
     c.all(sql.hasLimits, [queue]).length === 0
-  if (unlimited && shared) return insertSharedNow(c, first, jobs.map((job) => job.payload))
+  return unlimited && shared ? insertSharedNow(c, first, jobs.map((job) => job.payload)) : insertRowsNow(c, jobs, unlimited)
+}
+
+/** `jobs` a row each, 100 rows per statement; `unlimited`: all of one queue that has no limits (no rounds). */
+const insertRowsNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>, unlimited: boolean): Array<number> => {
+  const ids: Array<number> = new Array(jobs.length)
   const perRow = unlimited ? UNLIMITED_ROW_PARAMS : ROW_PARAMS
   // Rows of one statement read the table as it was before it: a group's rows there take its round plus their
   // place, each from its own priority's rotation — out of enqueue order when one group's rows differ in
@@ -193,4 +197,4 @@ export const insertManyNow = (c: DirectConnection, jobs: ReadonlyArray<NewJob>):
 export const insertPayloadsNow = (c: DirectConnection, template: NewJob, payloads: ReadonlyArray<string>): Array<number> =>
   c.all(sql.hasLimits, [template.queue]).length === 0
     ? insertSharedNow(c, template, payloads)
-    : insertManyNow(c, payloads.map((payload) => ({ ...template, payload })))
+    : insertRowsNow(c, payloads.map((payload) => ({ ...template, payload })), false)
