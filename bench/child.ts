@@ -11,7 +11,7 @@
 import { rmSync } from "node:fs"
 import { loadContender } from "./contenders/index.js"
 import type { ChildResult, Sizes, WorkloadId } from "./workloads.js"
-import { baseOf, isWarm } from "./workloads.js"
+import { baseOf, isWarm, WARM_RUNS } from "./workloads.js"
 
 const [name, workload, file, sizesJson] = process.argv.slice(2)
 if (!name || !workload || !file || !sizesJson) {
@@ -24,10 +24,12 @@ try {
   const sizes = JSON.parse(sizesJson) as Sizes
   const id = workload as WorkloadId
   if (isWarm(id)) {
-    // The warm-up: the same workload once, untimed, on a throw-away file next to the real one.
-    const warmup = `${file}-warmup`
-    await contender.run(baseOf(id), { file: warmup, sizes })
-    for (const suffix of ["", "-wal", "-shm", "-journal"]) rmSync(`${warmup}${suffix}`, { force: true })
+    // The warm-up: the same workload, untimed, on throw-away files next to the real one.
+    for (let run = 1; run <= WARM_RUNS; run++) {
+      const warmup = `${file}-warmup${run}`
+      await contender.run(baseOf(id), { file: warmup, sizes })
+      for (const suffix of ["", "-wal", "-shm", "-journal"]) rmSync(`${warmup}${suffix}`, { force: true })
+    }
   }
   const result = await contender.run(baseOf(id), { file, sizes })
   const out: ChildResult = { ...result, maxRssMB: process.resourceUsage().maxRSS / 1024 }

@@ -22,13 +22,13 @@
  *   BENCH_CONTENDERS=a,b  only these contenders (raw is always added: it is the baseline); memory-pq and
  *                         noop-pq (PersistedQueue over non-durable reference stores) run only when named
  *   BENCH_WORKLOADS=a,b   only these workloads (their raw reference workloads are added); the waking
- *                         ids are wake-inprocess, wake-crossprocess, idle-cpu
+ *                         ids are wake-inprocess, wake-outside, wake-crossprocess, wake-crossprocess-warm, idle-cpu
  *                         (e.g. BENCH_WORKLOADS=wake-inprocess,wake-crossprocess,idle-cpu runs only those)
  *   BENCH_WAKE_SAMPLES=n  timed samples per waking latency scenario (default 500; 200 with BENCH_QUICK)
  *   BENCH_WAKE_IDLE_S=n   idle-cpu measuring window (default 10; 3 with BENCH_QUICK)
  *   BENCH_WAKE_GAP_MS=a-b the idle gap between latency samples, uniform in [a, b] ms (default 2-5)
  *   BENCH_WAKE_REPS=n     interleaved rounds of the waking scenarios with targets against raw
- *                         (wake-outside, wake-crossprocess; default 3, 1 with BENCH_QUICK); the others run once
+ *                         (wake-outside, wake-crossprocess, wake-crossprocess-warm; default 3, 1 with BENCH_QUICK); the others run once
  *   BENCH_OUT=dir         where to write benchmarks.md + benchmarks-ratios.svg
  *                         (default: docs/ for a full unfiltered run, else a tmp dir)
  *   BENCH_TIMEOUT_S=n     per-child timeout (default 300)
@@ -70,7 +70,7 @@ import {
   wakeRows
 } from "./report.js"
 import { issue14Rows } from "./report-issue14.js"
-import type { WakeDef, WakeResult, WakeSide } from "./waking.js"
+import type { WakeDef, WakeResult, WakeSettings, WakeSide } from "./waking.js"
 import { WAKE_SCENARIOS, wakeSettings } from "./waking.js"
 import type { ChildResult, Contender, Sizes, WorkloadDef, WorkloadId } from "./workloads.js"
 import { baseOf, FULL_SIZES, QUICK_SIZES, WORKLOADS } from "./workloads.js"
@@ -323,8 +323,12 @@ const runChild = (c: Contender, w: WorkloadId, sizes: Sizes, round: number, bund
     }
   )
 
+/** A warm scenario's untimed samples come first, with the time they take added to the child's budget. */
+const settingsOf = (d: WakeDef): WakeSettings =>
+  d.warmup === undefined ? WAKE : { ...WAKE, warmup: d.warmup, budgetMs: WAKE.budgetMs + d.warmup * 15 }
+
 const runWakeChild = (d: WakeDef, side: WakeSide, bundle: string | undefined): Promise<WakeSample> =>
-  spawnChild("waking-child.ts", bundle, `${d.id}-${side}`, (file) => [d.id, side, file, JSON.stringify(WAKE)]).then(
+  spawnChild("waking-child.ts", bundle, `${d.id}-${side}`, (file) => [d.id, side, file, JSON.stringify(settingsOf(d))]).then(
     ({ error, result, wallMs }) => {
       const base = { id: d.id, side, wallMs, load1: os.loadavg()[0] ?? 0 }
       return result !== undefined
@@ -778,9 +782,10 @@ ${mdTable(targets.header, targets.rows)}
 
 ## Issue-14 targets (alkstore, as applications call it)
 
-Each row against raw better-sqlite3 in the same run, plainjob beside it. The two latency rows come from the
-waking children below (\`wake-outside\`, \`wake-crossprocess\`: ${WAKE_REPS} interleaved round(s) per side; the paired
-ratio is per round, percentiles pooled over the rounds); the two throughput rows from the rounds above.
+Each row against raw better-sqlite3 in the same run, plainjob beside it. The latency rows come from the
+waking children below (\`wake-outside\`, \`wake-crossprocess\`, \`wake-crossprocess-warm\`: ${WAKE_REPS} interleaved round(s)
+per side; the paired ratio is per round, percentiles pooled over the rounds); the throughput rows from the rounds above,
+each in a fresh process and in a warm one.
 
 ${(() => {
     const t = issue14Rows(cells, samples, wakeSamples)

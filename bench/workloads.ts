@@ -24,14 +24,24 @@ export type BaseWorkloadId =
 
 /**
  * A `-warm` workload is its base workload measured in a warm process: the
- * child first runs the base workload once, untimed, on a throw-away file
- * (the same code paths, so V8 has compiled them, as in an application after
- * its first few calls), then again on the fresh file, timed. Contenders
- * implement the base only.
+ * child first runs the base workload `WARM_RUNS` times, untimed, each on a
+ * throw-away file (the same code paths, so V8 has compiled them, as in an
+ * application after its first few calls), then again on the fresh file,
+ * timed. Contenders implement the base only.
  */
 export type WarmWorkloadId = "enqueue-100tx-warm" | "enqueue-batch100-warm" | "drain-batch100-warm" | "drain-batch100-read-warm"
 
 export type WorkloadId = BaseWorkloadId | WarmWorkloadId
+
+/**
+ * Untimed runs before a `-warm` workload's timed one. One was not enough for
+ * a process that loads Effect: its second run still met V8 compiling the path
+ * and the process's first full garbage collection (~18 ms of main-thread time
+ * in a ~90 ms run), so alkstore's `enqueueBatch` read slower warm than fresh;
+ * from the third run on, every run of a process took the same time
+ * (docs/performance.md, "What a warm process is").
+ */
+export const WARM_RUNS = 3
 
 export const isWarm = (id: WorkloadId): id is WarmWorkloadId => id.endsWith("-warm")
 export const baseOf = (id: WorkloadId): BaseWorkloadId => (isWarm(id) ? id.slice(0, -"-warm".length) : id) as BaseWorkloadId
@@ -151,27 +161,27 @@ export const WORKLOADS: ReadonlyArray<WorkloadDef> = [
   {
     id: "enqueue-100tx-warm",
     title: "enqueue, 100 jobs / tx, warm process",
-    description: () => `as enqueue-100tx, after one untimed run of it in the same process (on another file)`,
+    description: () => `as enqueue-100tx, after ${WARM_RUNS} untimed runs of it in the same process (each on another file)`,
     rawRef: "enqueue-100tx-warm",
     only: ["raw", "alkstore", "plainjob"]
   },
   {
     id: "enqueue-batch100-warm",
     title: "enqueue, batch API × 100, warm process",
-    description: () => `as enqueue-batch100, after one untimed run of it in the same process (on another file)`,
+    description: () => `as enqueue-batch100, after ${WARM_RUNS} untimed runs of it in the same process (each on another file)`,
     rawRef: "enqueue-100tx-warm"
   },
   {
     id: "drain-batch100-warm",
     title: "drain batched (100), warm process",
-    description: () => `as drain-batch100, after one untimed run of it in the same process (on another file)`,
+    description: () => `as drain-batch100, after ${WARM_RUNS} untimed runs of it in the same process (each on another file)`,
     rawRef: "drain-batch100-warm",
     only: ["raw", "alkstore"]
   },
   {
     id: "drain-batch100-read-warm",
     title: "drain batched (100), handler reads each payload, warm process",
-    description: () => `as drain-batch100-read, after one untimed run of it in the same process (on another file)`,
+    description: () => `as drain-batch100-read, after ${WARM_RUNS} untimed runs of it in the same process (each on another file)`,
     rawRef: "drain-batch100-warm"
   },
   {
