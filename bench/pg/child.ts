@@ -277,12 +277,16 @@ const runWorkload = async (c: PgContender, w: PgWorkloadId, url: string, s: PgSi
   const session = await c.open(url)
   try {
     switch (w) {
-      case "enqueue-1tx": {
+      case "enqueue-1tx":
+      case "enqueue-1tx-warm": {
+        // Warm: the same calls first, untimed, so the timed ones run compiled code (a fresh child's are mostly not).
+        const untimed = w === "enqueue-1tx-warm" ? s.enqueueJobs : 0
+        for (let i = 0; i < untimed; i++) await session.enqueue(i)
         const t0 = performance.now()
-        for (let i = 0; i < s.enqueueJobs; i++) await session.enqueue(i)
+        for (let i = untimed; i < untimed + s.enqueueJobs; i++) await session.enqueue(i)
         const ms = performance.now() - t0
         const live = await session.live()
-        if (live !== s.enqueueJobs) throw new Error(`${c.name}: ${live} jobs after enqueue, expected ${s.enqueueJobs}`)
+        if (live !== untimed + s.enqueueJobs) throw new Error(`${c.name}: ${live} jobs after enqueue, expected ${untimed + s.enqueueJobs}`)
         return { ops: s.enqueueJobs, ms }
       }
       case "enqueue-100tx": {

@@ -6,6 +6,7 @@
 
 export type PgWorkloadId =
   | "enqueue-1tx"
+  | "enqueue-1tx-warm"
   | "enqueue-100tx"
   | "enqueue-batch100"
   | "drain-1"
@@ -84,6 +85,13 @@ export const PG_WORKLOADS: ReadonlyArray<PgWorkloadDef> = [
     title: "enqueue, 1 job / tx",
     kind: "throughput",
     description: (s) => `${s.enqueueJobs} jobs, one enqueue call each, each its own transaction`
+  },
+  {
+    id: "enqueue-1tx-warm",
+    title: "enqueue, 1 job / tx, warm process",
+    kind: "throughput",
+    description: (s) =>
+      `as enqueue-1tx, timed after ${s.enqueueJobs} untimed enqueue calls in the same process and session (V8 has compiled the path, as in an application that has been up for a while)`
   },
   {
     id: "enqueue-100tx",
