@@ -25,7 +25,7 @@ import { makeStream } from "./stream.js"
 import { makeAckAll } from "./ackAll.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
 import { busyWaitsInterruptible, givingBack } from "./patience.js"
-import { stoppableClaim } from "./stoppableClaim.js"
+import { statementStop, stoppableClaim } from "./stoppableClaim.js"
 import { outsideTransactions } from "./transactionOwner.js"
 import {
   ackClaimWithin,
@@ -140,8 +140,16 @@ export const makeQueue = <A>(
     // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts),
     // and a wait on the server ends the caller's wait, not the claim (stoppableClaim.ts). A caller's own claim
     // (a PersistedQueue's: prefetched elements, claims shared by concurrent takes) keeps to the caller's fiber.
+    // Where a claim waits on the server, a queue not seen limited stops at its statements (no fiber per claim).
     const claimOnce = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
-    const claim = storage.claimsWaitOnServer && options?.claim === undefined ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded) : claimOnce
+    const stop = { restore, inBackground: engine.lifetime.background }
+    const claim = storage.claimsWaitOnServer && options?.claim === undefined
+      ? Effect.suspend(() =>
+        flow.memory.known(name)
+          ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded)
+          : Effect.locally(claimOnce, statementStop, stop)
+      )
+      : claimOnce
     // A wake acted on after its ticket was given back (a claim at once, or a re-read in the next round) is
     // handed on when that step is cut off before it claimed or read: another waiter of the queue would
     // otherwise sleep to its fallback poll with the job there (docs/waking.md).

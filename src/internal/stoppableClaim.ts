@@ -1,4 +1,4 @@
-import { Duration, Effect, Exit, Fiber, Runtime } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, FiberRef, Runtime } from "effect"
 import type { Restore } from "./queueInternals.js"
 import { realClock } from "./realClock.js"
 import { inTransactionOf } from "./transactionOwner.js"
@@ -50,6 +50,26 @@ export const runApart = <A, E>(
     return Effect.onInterrupt(Effect.flatMap(restore(Fiber.await(fiber)), (exit) => exit), () => onStopped(fiber))
   })
 
+/**
+ * After a stop: `late` (the statement's outcome, then the give-back of what
+ * it claimed) goes to the background; the stopped caller waits for it up to
+ * `answerWaitMillis` (real time) and leaves it there when the statement is stuck.
+ */
+const leaveInBackground = (
+  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>,
+  late: Effect.Effect<void>
+) =>
+  Effect.flatMap(inBackground(late), (givingBack) =>
+    Effect.interruptible(Fiber.await(givingBack)).pipe(
+      Effect.timeout(Duration.millis(answerWaitMillis)),
+      Effect.withClock(realClock),
+      Effect.ignore
+    ))
+
+/** The give-back of a success, once known; nothing for a failure. */
+const givingBackOf = <A, E>(outcome: Effect.Effect<Exit.Exit<A, E>>, giveBack: (a: A) => Effect.Effect<void>) =>
+  Effect.flatMap(outcome, (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))
+
 export const stoppableClaim = <H, E>(
   claim: Effect.Effect<ReadonlyArray<H>, E>,
   restore: Restore,
@@ -58,14 +78,57 @@ export const stoppableClaim = <H, E>(
 ): Effect.Effect<ReadonlyArray<H>, E> =>
   Effect.withFiberRuntime((caller) => {
     if (inTransactionOf(caller)) return claim
-    return runApart(claim, restore, (fiber) =>
-      Effect.flatMap(
-        inBackground(Effect.flatMap(Fiber.await(fiber), (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))),
-        (givingBack) =>
-          Effect.interruptible(Fiber.await(givingBack)).pipe(
-            Effect.timeout(Duration.millis(answerWaitMillis)),
-            Effect.withClock(realClock),
-            Effect.ignore
-          )
-      ))
+    return runApart(claim, restore, (fiber) => leaveInBackground(inBackground, givingBackOf(Fiber.await(fiber), giveBack)))
+  })
+
+/**
+ * How a claim's statements stop, set around a take's claim on an engine
+ * whose claims wait on the server (`Effect.locally`), for a queue not seen
+ * limited: the claim then runs in its caller's fiber, and each statement
+ * that can wait on the server is stoppable on its own (`awaitStoppable`,
+ * `stoppableApart`) with the same rules as `stoppableClaim`. A fiber per
+ * claim cost a woken PostgreSQL worker ~0.2 ms of its wake
+ * (docs/performance-pg.md, "The woken worker's claim"). A limited queue's
+ * claim (the flow walk: a transaction on the limits row) keeps `stoppableClaim`.
+ */
+export interface StatementStop {
+  readonly restore: Restore
+  readonly inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>
+}
+
+export const statementStop: FiberRef.FiberRef<StatementStop | undefined> = FiberRef.unsafeMake<StatementStop | undefined>(
+  undefined
+)
+
+/**
+ * The caller's wait for `answer`, the answer of a statement already sent,
+ * ending at an interruption through `stop.restore`; whatever the answer
+ * then claims is given back in the background (`giveBack`). Run where the
+ * caller cannot be interrupted otherwise: the statement was sent and this
+ * handler is put in place in one step.
+ */
+export const awaitStoppable = <A, E>(
+  answer: Deferred.Deferred<A, E>,
+  stop: StatementStop,
+  giveBack: (a: A) => Effect.Effect<void>
+): Effect.Effect<A, E> =>
+  Effect.onInterrupt(
+    stop.restore(Deferred.await(answer)),
+    () => leaveInBackground(stop.inBackground, givingBackOf(Effect.exit(Deferred.await(answer)), giveBack))
+  )
+
+/**
+ * `effect` (statements that can wait on the server) stoppable where
+ * `statementStop` is set outside a transaction: in a fiber of its own, as
+ * `stoppableClaim` runs a claim, with what it claimed given back after a stop.
+ * As it is elsewhere.
+ */
+export const stoppableApart = <A, E>(effect: Effect.Effect<A, E>, giveBack: (a: A) => Effect.Effect<void>): Effect.Effect<A, E> =>
+  Effect.withFiberRuntime((fiber) => {
+    const stop = fiber.getFiberRef(statementStop)
+    if (stop === undefined || inTransactionOf(fiber)) return effect
+    // The fork and the stop's handler in one step; the fiber's own statements are not stopped again (nobody
+    // interrupts it).
+    return Effect.uninterruptible(runApart(Effect.locally(effect, statementStop, undefined), stop.restore, (apart) =>
+      leaveInBackground(stop.inBackground, givingBackOf(Fiber.await(apart), giveBack))))
   })

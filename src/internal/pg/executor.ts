@@ -1,8 +1,9 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Context, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
 import { inTurn } from "../savepointTurns.js"
+import { awaitStoppable, statementStop, stoppableApart } from "../stoppableClaim.js"
 import { otherTransactionError } from "../transactionOwner.js"
 import type { KeptConnection } from "./keptConnection.js"
 import type { SizeClasses } from "./planSize.js"
@@ -26,6 +27,17 @@ export type Row = Record<string, unknown>
 export interface PgExecutor {
   /** Runs one statement (RETURNING for writes) and returns its rows. */
   readonly all: <A = Row>(text: string, params: ReadonlyArray<Param>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+  /**
+   * `all` for a statement of a take's claim: where the caller set
+   * `statementStop` (outside a transaction) its wait for the answer ends at
+   * an interruption, and `giveBack` gets what the statement answered after
+   * it (src/internal/stoppableClaim.ts).
+   */
+  readonly allStoppable: <A = Row>(
+    text: string,
+    params: ReadonlyArray<Param>,
+    giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>
+  ) => Effect.Effect<ReadonlyArray<A>, SqlError>
   /** A transaction on this client, or a savepoint inside one of its own that is open. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   /** Whether `context` has a transaction of this client open (the application's or the store's). */
@@ -160,13 +172,51 @@ export const makeExecutor = (
 
     const { kept } = options
     /**
+     * Sends `text` on the kept connection's `driver` (from `kept.take()`);
+     * `done` gets the answer once. The driver's callback counts the statement
+     * done, frees the connection and decodes the answer (no pool checkout,
+     * no `counted` wrapper). Counted in flight until the server answered;
+     * `named`: sent as a named prepared statement.
+     */
+    const sendOnKept = <A>(
+      kept: KeptConnection,
+      driver: NonNullable<ReturnType<KeptConnection["take"]>>,
+      text: string,
+      params: ReadonlyArray<Param>,
+      done: (exit: Exit.Exit<ReadonlyArray<A>, SqlError>, named: boolean) => void
+    ): void => {
+      const statement = statements.statement(text, params)
+      const named = statement !== text
+      const answered = (error: unknown, result: unknown) => {
+        inFlight--
+        kept.answered(driver)
+        if (error === null || error === undefined) {
+          // A text without parameters runs on the simple protocol, which answers a multi-statement text with
+          // one result each (as @effect/sql-pg's own connection reads it).
+          const rows = Array.isArray(result)
+            ? result.map((r: { rows?: unknown }) => r.rows ?? [])
+            : (result as { rows?: ReadonlyArray<A> } | undefined)?.rows ?? []
+          return done(Exit.succeed(rows as ReadonlyArray<A>), named)
+        }
+        done(Exit.fail(new SqlError({ cause: error, message: "Failed to execute statement" })), named)
+      }
+      inFlight++
+      try {
+        driver.query(statement, params, answered)
+      } catch (cause) {
+        answered(cause ?? new Error("the driver refused the statement"), undefined)
+      }
+    }
+    /** A named statement the session did not keep: unprepared from now on, and `text` again so. */
+    const againIfLost = <A>(named: boolean, text: string, params: ReadonlyArray<Param>) => (error: SqlError) =>
+      named && lostPreparedStatement(error) ? unpreparedAgain(error, () => all<A>(text, params)) : Effect.fail(error)
+
+    /**
      * A statement on the kept connection when it is free, else through the
-     * pool: one `Effect.async` whose driver callback counts the statement
-     * done, frees the connection and decodes the answer (no pool checkout, no
-     * `counted` wrapper). The connection is taken inside the registration, the
-     * statement sent in the same step: an interruption landing between a take
-     * and its statement would have left the connection busy for good.
-     * Counted in flight until the server answered, interrupted or not.
+     * pool: one `Effect.async` (see `sendOnKept`). The connection is taken
+     * inside the registration, the statement sent in the same step: an
+     * interruption landing between a take and its statement would have left
+     * the connection busy for good.
      */
     const onKept = <A>(kept: KeptConnection, text: string, params: ReadonlyArray<Param>) =>
       Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
@@ -175,36 +225,13 @@ export const makeExecutor = (
           resume(viaPool<A>(text, params))
           return
         }
-        const statement = statements.statement(text, params)
-        let done = false
-        const answered = (error: unknown, result: unknown) => {
-          done = true
-          inFlight--
-          kept.answered(driver)
-          if (error === null || error === undefined) {
-            // A text without parameters runs on the simple protocol, which answers a multi-statement text with
-            // one result each (as @effect/sql-pg's own connection reads it).
-            const rows = Array.isArray(result)
-              ? result.map((r: { rows?: unknown }) => r.rows ?? [])
-              : (result as { rows?: ReadonlyArray<A> } | undefined)?.rows ?? []
-            return resume(Effect.succeed(rows as ReadonlyArray<A>))
-          }
-          const failure = new SqlError({ cause: error, message: "Failed to execute statement" })
-          resume(
-            statement !== text && lostPreparedStatement(failure)
-              ? unpreparedAgain(failure, () => all<A>(text, params))
-              : Effect.fail(failure)
-          )
-        }
-        inFlight++
-        try {
-          driver.query(statement, params, answered)
-        } catch (cause) {
-          answered(cause ?? new Error("the driver refused the statement"), undefined)
-          return
-        }
+        let answered = false
+        sendOnKept<A>(kept, driver, text, params, (exit, named) => {
+          answered = true
+          resume(Exit.isSuccess(exit) ? exit : Effect.catchAll(exit, againIfLost<A>(named, text, params)))
+        })
         // Once answered, the connection may already run another statement: a cancel now would stop that one.
-        return Effect.suspend(() => (done ? Effect.void : kept.cancel(driver)))
+        return Effect.suspend(() => (answered ? Effect.void : kept.cancel(driver)))
       })
 
     /** A statement outside a transaction through the pool: named on a pooled connection, else `sql.unsafe`. */
@@ -221,6 +248,30 @@ export const makeExecutor = (
         // escaped (the caller believes the write is part of it). See src/internal/transactionOwner.ts.
         if (open !== undefined) return Effect.fail(otherTransactionError())
         return kept !== undefined ? onKept<A>(kept, text, params) : viaPool<A>(text, params)
+      })
+
+    // See `PgExecutor.allStoppable`: on the kept connection the answer is one `Deferred`; through the pool (the kept
+    // connection busy) the statement runs in a fiber of its own. The statement always runs to its end.
+    const allStoppable = <A>(
+      text: string,
+      params: ReadonlyArray<Param>,
+      giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>
+    ): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+      Effect.withFiberRuntime((fiber) => {
+        const stop = fiber.getFiberRef(statementStop)
+        if (stop === undefined || getOpen(fiber.currentContext) !== undefined) return all<A>(text, params)
+        // The take, the send and the stop's handler in one step.
+        return Effect.uninterruptible(Effect.suspend(() => {
+          const driver = kept?.take()
+          if (driver === undefined) return stoppableApart(viaPool<A>(text, params), giveBack)
+          const answer = Deferred.unsafeMake<ReadonlyArray<A>, SqlError>(fiber.id())
+          let named = false
+          sendOnKept<A>(kept!, driver, text, params, (exit, asNamed) => {
+            named = asNamed
+            Deferred.unsafeDone(answer, exit)
+          })
+          return Effect.catchAll(awaitStoppable(answer, stop, giveBack), (error) => againIfLost<A>(named, text, params)(error))
+        }))
       })
 
     const openTransaction = (context: Context.Context<never>) => {
@@ -346,6 +397,7 @@ export const makeExecutor = (
 
     return {
       all,
+      allStoppable,
       transaction,
       openTransaction,
       commitHooks,

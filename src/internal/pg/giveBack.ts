@@ -22,12 +22,25 @@ export const givingBackOnError = <A, E, R>(
   claimed: () => ReadonlyArray<JobRow>,
   effect: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E, R> =>
-  Effect.onError(effect, () => {
-    const rows = claimed().filter((row) => row.state === "claimed")
-    if (rows.length === 0) return Effect.void
-    return Effect.forEach(rows, (row) => db.all(release, [row.id, row.claim_token, ...tail]), { discard: true }).pipe(
-      Effect.catchAll((error) =>
-        Effect.logWarning(`alkstore: giving back ${rows.length} claims after a failed claim failed; they return when their lease lapses`, error)
-      )
+  Effect.onError(effect, () => giveBackClaims(db, release, tail, claimed(), "after a failed claim"))
+
+/**
+ * The claims among `rows` given back (pending again, the attempt returned,
+ * waiters told), best effort: a give-back that fails is logged, and those
+ * claims return when their lease lapses. `when` says why, for the log.
+ */
+export const giveBackClaims = (
+  db: PgExecutor,
+  release: string,
+  tail: ReadonlyArray<Param>,
+  rows: ReadonlyArray<JobRow>,
+  when: string
+): Effect.Effect<void> => {
+  const claims = rows.filter((row) => row.state === "claimed")
+  if (claims.length === 0) return Effect.void
+  return Effect.forEach(claims, (row) => db.all(release, [row.id, row.claim_token, ...tail]), { discard: true }).pipe(
+    Effect.catchAll((error) =>
+      Effect.logWarning(`alkstore: giving back ${claims.length} claims ${when} failed; they return when their lease lapses`, error)
     )
-  })
+  )
+}

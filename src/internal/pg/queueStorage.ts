@@ -15,8 +15,9 @@ import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
 import type { Notifier } from "./notify.js"
 import type { FlowOutcome } from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
-import { givingBackOnError } from "./giveBack.js"
+import { giveBackClaims, givingBackOnError } from "./giveBack.js"
 import { queueStatements } from "./queueStatements.js"
+import { stoppableApart } from "../stoppableClaim.js"
 
 /** A claimed row, marked when it was taken from a lapsed lease. */
 const claimedRow = (r: Record<string, unknown>): JobRow => {
@@ -161,6 +162,14 @@ export const makeQueueStorage = (
     }))
   }
 
+  // What a claim's statement answered after its take was stopped: its claims given back (no attempt spent).
+  const stoppedClaims = (rows: ReadonlyArray<JobRow>) => giveBackClaims(db, sql.release, notifier.params, rows, "of a stopped take")
+  const stoppedAnswer = (raw: ReadonlyArray<Record<string, unknown>>) =>
+    decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow).pipe(
+      Effect.flatMap(stoppedClaims),
+      Effect.catchAll((error) => Effect.logWarning("alkstore: the answer of a stopped take could not be read; its claims return when their lease lapses", error))
+    )
+
   /**
    * Claims in rounds: candidates met dead do not count toward `limit`.
    * `first` is a first round already run (the fused ack + claim's), or none.
@@ -183,11 +192,12 @@ export const makeQueueStorage = (
       while (claimed.length < limit) {
         const wanted = limit - claimed.length
         if (rows === undefined) {
-          const raw = yield* db.all(wanted === 1 ? sql.claimOne : sql.claim, [now, workerId, queue, wanted])
+          // Stoppable in a take (stoppableClaim.ts): a stop while it waits on the server gives back its answer.
+          const raw = yield* db.allStoppable(wanted === 1 ? sql.claimOne : sql.claim, [now, workerId, queue, wanted], stoppedAnswer)
           if (raw[0]?.limited === true) {
             // Another process's `setLimits` committed between two rounds: the walk claims what is still
             // wanted, after what the earlier rounds claimed (committed, theirs to answer for).
-            const rest = yield* limitedClaim(queue, workerId, clock, wanted)
+            const rest = yield* stoppableApart(limitedClaim(queue, workerId, clock, wanted), stoppedClaims)
             if (claimed.length === 0 && died.length === 0) return rest
             walked = rest.filter((row) => row.state === "claimed")
             for (const row of rest) if (row.state !== "claimed") died.push(row)

@@ -1,0 +1,80 @@
+/**
+ * A take's claim on PostgreSQL stops at its statements (src/internal/stoppableClaim.ts, `statementStop`): on the
+ * store's kept connection the wait for the answer is a `Deferred`, not a fiber per claim. These cover the two
+ * paths that still run a statement apart: a claim through the pool while the kept connection is busy, and a
+ * claim that learns the queue is limited (another store set the limits) and walks it while an application's
+ * transaction holds the limits row. Each stops at once, and gives back what its statement claims afterwards.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer } from "effect"
+import { Queues } from "../src/index.js"
+import { otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
+
+let schemaCounter = 0
+const freshSchema = () => `stopstmt${process.pid}_${++schemaCounter}`
+
+describe("PostgreSQL: a take's claim stops at its statements", () => {
+  // Two workers of one process both wait on another session's index build: one claim holds the store's kept
+  // connection (a `Deferred`), the other goes through the pool (a statement apart). Both stop at once.
+  it.live("two workers whose claims wait on an index build, one through the pool, stop at once and keep no claim", () => {
+    const schema = freshSchema()
+    return Effect.gen(function*() {
+      const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q"))
+      yield* queue.enqueue({ n: 1 })
+      yield* queue.enqueue({ n: 2 })
+      const other = yield* otherSession
+      yield* Effect.promise(() => other.query(`BEGIN; CREATE INDEX test_build ON ${schema}.__alkstore_jobs (created_at)`))
+      const ends = yield* Effect.fork(Effect.delay(Effect.promise(() => other.query("ROLLBACK")), "3 seconds"))
+      const ran: Array<number> = []
+      const worker = yield* Effect.fork(
+        queue.process("w", (job) => Effect.sync(() => ran.push((job.payload as { n: number }).n)), { concurrency: 2 })
+      )
+      yield* Effect.sleep("500 millis") // both claims wait on the build's lock
+      const started = Date.now()
+      yield* Fiber.interrupt(worker)
+      const elapsed = Date.now() - started
+      yield* Fiber.join(ends)
+      expect(elapsed).toBeLessThan(1_000)
+      expect(ran).toEqual([])
+      // The claims left to finish once the build ended gave back what they took, no attempt spent.
+      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 2 })
+      const attempts = yield* Effect.forEach([1, 2], () =>
+        Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job.attempts)))
+      expect(attempts).toEqual([1, 1])
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
+  }, 15_000)
+
+  // This store has not seen the queue limited (another store set the limits), so its take's claim runs in the
+  // take's fiber; its statement answers "limited" and the flow walk that follows waits on the limits row an
+  // application's transaction holds. The take's timeout ends it there.
+  it.live("a take that learns the queue is limited ends at its timeout while the walk waits on the limits row", () => {
+    const schema = freshSchema()
+    return Effect.gen(function*() {
+      // The other store sets the limits and enqueues: this one has seen nothing of the queue.
+      const other = yield* Layer.build(pgStoreLayer({ schema }))
+      const otherQueues = Context.get(other, Queues.Queues)
+      yield* otherQueues.setLimits("limited", { concurrency: 2 })
+      yield* Effect.flatMap(otherQueues.queue("limited"), (q) => q.enqueue({ n: 1 }))
+      const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("limited"))
+      const open = yield* Deferred.make<void>()
+      // The application's transaction on the other store's client: it changes the limits, then does 3 s of other work.
+      const sql = Context.get(other, SqlClient.SqlClient)
+      const application = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        yield* otherQueues.setLimits("limited", { concurrency: 1 })
+        yield* Deferred.succeed(open, undefined)
+        yield* Effect.sleep("3 seconds")
+      })))
+      yield* Deferred.await(open)
+      const started = Date.now()
+      const exit = yield* Effect.exit(Effect.timeout(queue.take("w"), "300 millis"))
+      const elapsed = Date.now() - started
+      yield* Fiber.join(application)
+      expect(Exit.isFailure(exit) && Cause.isFailType(exit.cause) && Cause.isTimeoutException(exit.cause.error)).toBe(true)
+      expect(elapsed).toBeLessThan(1_500)
+      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 1 })
+      const job = yield* Effect.flatMap(queue.take("w"), (handle) => Effect.as(handle.ack, handle.job))
+      expect(job.attempts).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
+  }, 15_000)
+})
