@@ -5,10 +5,10 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { Cause, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { Queues } from "../src/index.js"
 import { pgDatabaseUrl } from "./contract/harness.js"
-import { otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
+import { expectTakeEndsWhileLimitsRowHeld, otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
 
 let schemaCounter = 0
 const freshSchema = () => `faults${process.pid}_${++schemaCounter}`
@@ -28,24 +28,8 @@ describe("PostgreSQL under server-side interference", () => {
       const queue = yield* queues.queue("limited")
       yield* queues.setLimits("limited", { concurrency: 2 })
       yield* queue.enqueue({ n: 1 })
-      const open = yield* Deferred.make<void>()
-      // The application's transaction: it changes the limits, then does 3 s of other work before committing.
-      const application = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
-        yield* queues.setLimits("limited", { concurrency: 1 })
-        yield* Deferred.succeed(open, undefined)
-        yield* Effect.sleep("3 seconds")
-      })))
-      yield* Deferred.await(open)
-      const started = Date.now()
-      const exit = yield* Effect.exit(Effect.timeout(queue.take("w"), "300 millis"))
-      const elapsed = Date.now() - started
-      yield* Fiber.join(application)
-      expect(Exit.isFailure(exit) && Cause.isFailType(exit.cause) && Cause.isTimeoutException(exit.cause.error)).toBe(true)
-      expect(elapsed).toBeLessThan(1_500) // observed: ~3 000 ms, the other transaction's whole length
-      // The claim, left to finish once the other transaction ended, gave back what it took (no attempt spent).
-      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 1 })
-      const job = yield* Effect.flatMap(queue.take("w"), (handle) => Effect.as(handle.ack, handle.job))
-      expect(job.attempts).toBe(1)
+      // The application's transaction changes the limits, then does 3 s of other work before committing.
+      yield* expectTakeEndsWhileLimitsRowHeld(sql, queues, queue)
     }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 
