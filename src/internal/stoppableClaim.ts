@@ -31,6 +31,9 @@ export const answerWaitMillis = 250
  * running after the caller moved on must not use (the transaction may have
  * ended, the connection gone back to the pool), and a give-back there
  * belongs in the same transaction.
+ *
+ * A take's claim of a queue not seen limited stops at its statements
+ * instead (`statementStop` below), with the same rules and no fiber.
  */
 /**
  * `statement` in a fiber of its own, started at once, which its caller
