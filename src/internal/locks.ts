@@ -229,7 +229,7 @@ export const ownerGivenBack = (
  * that cut the statement off could leave it on its way: it committed after
  * the give-back's read found the lock free, and the lock stayed with the
  * call's private owner for its whole TTL. Here the statement runs in a fiber
- * of its own (started at once, as `stoppableClaim` starts a claim); the
+ * of its own (started at once: `runApart`, stoppableClaim.ts); the
  * caller waits for it interruptibly and stops at once; in the background the
  * statement gets `answerWaitMillis` of real time to answer, is then cancelled
  * if still running (one waiting on a row another transaction holds writes

@@ -25,7 +25,7 @@ import { makeStream } from "./stream.js"
 import { makeAckAll } from "./ackAll.js"
 import { makeAckAndClaim } from "./ackAndClaim.js"
 import { busyWaitsInterruptible, givingBack } from "./patience.js"
-import { statementStop, stoppableClaim } from "./stoppableClaim.js"
+import { statementStop } from "./stoppableClaim.js"
 import { outsideTransactions } from "./transactionOwner.js"
 import {
   ackClaimWithin,
@@ -140,15 +140,9 @@ export const makeQueue = <A>(
     // A claim writes nothing until it gets through: its waits on a busy file may end on interruption (patience.ts),
     // and a wait on the server ends the caller's wait, not the claim (stoppableClaim.ts). A caller's own claim
     // (a PersistedQueue's: prefetched elements, claims shared by concurrent takes) keeps to the caller's fiber.
-    // Where a claim waits on the server, a queue not seen limited stops at its statements (no fiber per claim).
     const claimOnce = Effect.locally(options?.claim ?? claimUpTo(workerId, n), busyWaitsInterruptible, true)
-    const stop = { restore, inBackground: engine.lifetime.background }
     const claim = storage.claimsWaitOnServer && options?.claim === undefined
-      ? Effect.suspend(() =>
-        flow.memory.known(name)
-          ? stoppableClaim(claimOnce, restore, engine.lifetime.background, releaseUnhanded)
-          : Effect.locally(claimOnce, statementStop, stop)
-      )
+      ? Effect.locally(claimOnce, statementStop, { restore, inBackground: engine.lifetime.background })
       : claimOnce
     // A wake acted on after its ticket was given back (a claim at once, or a re-read in the next round) is
     // handed on when that step is cut off before it claimed or read: another waiter of the queue would
@@ -232,9 +226,9 @@ export const makeQueue = <A>(
    * that write nothing end at an interruption) and an interruption seen after
    * it gives the claims back. Interruptible, the claimed rows were dropped, an
    * attempt spent, until their lease lapsed (dead, unrun, on their last).
-   * Not a stoppable claim (stoppableClaim.ts), unlike a take's: its fiber cost
-   * PostgreSQL's claim + ack ~8% (docs/performance-pg.md), and these calls
-   * do not wait for work; one whose statement waits on another session's lock
+   * Not a stoppable claim (stoppableClaim.ts), unlike a take's: these calls
+   * do not wait for work (as a fiber per claim, a stop cost PostgreSQL's
+   * claim + ack ~8%, docs/performance-pg.md); one whose statement waits on another session's lock
    * ends when that statement does.
    * (`FiberRef.getAndSet`/`set` and a look at the fiber's interruptors, not
    * `Effect.locally` and `onInterrupt`: those cost a claim ~10 µs in a fresh

@@ -7,36 +7,47 @@ import { inTransactionOf } from "./transactionOwner.js"
 export const answerWaitMillis = 250
 
 /**
- * A claim whose statement can wait on the server (PostgreSQL: a row or
- * table lock another session holds — an application's open transaction on
- * a queue's limits row, an index build — or a pool with no connection free)
- * for as long as that lasts, made stoppable: it runs in a fiber of its own,
- * its caller waits for it through `restore`, and an interruption ends that
- * wait (within `answerWaitMillis`). The statement itself is not cut off — an answer lost after
- * it committed would leave its jobs claimed, an attempt spent, until their
- * lease lapsed — but finishes in the background (`inBackground`: the store's
- * close waits for it), and whatever it claimed is given back (`giveBack`, no
- * attempt spent). An answer is usually a round trip away: the interrupted
- * caller waits up to `answerWaitMillis` (real time) for that give-back, so a
- * stopped worker or a timed-out take has given its claim back as it ends, and
- * leaves it to the background only when the statement is stuck.
+ * A take's claim whose statements can wait on the server (PostgreSQL: a row
+ * or table lock another session holds — an application's open transaction
+ * on a queue's limits row, an index build — or a pool with no connection
+ * free) for as long as that lasts, made stoppable: the take sets
+ * `statementStop` around its claim, and each statement that can wait stops
+ * on its own (`awaitStoppable` for one sent on the store's kept connection,
+ * `stoppableApart` for one through the pool and for a limited queue's flow
+ * walk). An interruption ends the caller's wait for the answer. The
+ * statement itself is not cut off — an answer lost after it committed would
+ * leave its jobs claimed, an attempt spent, until their lease lapsed — but
+ * finishes in the background (`inBackground`: the store's close waits for
+ * it), and whatever it claimed is given back (no attempt spent). An answer
+ * is usually a round trip away: the interrupted caller waits up to
+ * `answerWaitMillis` (real time) for that give-back, so a stopped worker or
+ * a timed-out take has given its claim back as it ends, and leaves it to
+ * the background only when the statement is stuck.
  *
- * The fiber starts at once, in this call (`Runtime.runFork`'s immediate
- * start): a forked fiber would first wait for the scheduler's next turn — a
- * hop on every claim, and a prefetched element (held for one event-loop
- * turn) given back before the take that came for it looked.
+ * The claim itself runs in the caller's fiber: a fiber per claim cost a
+ * woken PostgreSQL worker ~0.2 ms of its wake (docs/performance-pg.md, "The
+ * woken worker's claim").
  *
- * Inside a transaction the claim runs as it is, in the caller's fiber: its
- * statement belongs to that transaction's connection, which a fiber left
- * running after the caller moved on must not use (the transaction may have
- * ended, the connection gone back to the pool), and a give-back there
- * belongs in the same transaction.
- *
- * A take's claim of a queue not seen limited stops at its statements
- * instead (`statementStop` below), with the same rules and no fiber.
+ * Inside a transaction a statement runs as it is, in the caller's fiber: it
+ * belongs to that transaction's connection, which a fiber left running
+ * after the caller moved on must not use (the transaction may have ended,
+ * the connection gone back to the pool), and a give-back there belongs in
+ * the same transaction.
  */
+export interface StatementStop {
+  readonly restore: Restore
+  readonly inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>
+}
+
+export const statementStop: FiberRef.FiberRef<StatementStop | undefined> = FiberRef.unsafeMake<StatementStop | undefined>(
+  undefined
+)
+
 /**
- * `statement` in a fiber of its own, started at once, which its caller
+ * `statement` in a fiber of its own, started at once (`Runtime.runFork`'s
+ * immediate start: a forked fiber would first wait for the scheduler's next
+ * turn, and a prefetched element, held for one event-loop turn, would be
+ * given back before the take that came for it looked), which its caller
  * awaits through `restore` (run this where the caller cannot be interrupted
  * otherwise: the fiber and its handler are put in place in one step). When
  * an interruption ends that wait, `onStopped` gets the statement's fiber,
@@ -73,36 +84,6 @@ const leaveInBackground = (
 const givingBackOf = <A, E>(outcome: Effect.Effect<Exit.Exit<A, E>>, giveBack: (a: A) => Effect.Effect<void>) =>
   Effect.flatMap(outcome, (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))
 
-export const stoppableClaim = <H, E>(
-  claim: Effect.Effect<ReadonlyArray<H>, E>,
-  restore: Restore,
-  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>,
-  giveBack: (handles: ReadonlyArray<H>) => Effect.Effect<void>
-): Effect.Effect<ReadonlyArray<H>, E> =>
-  Effect.withFiberRuntime((caller) => {
-    if (inTransactionOf(caller)) return claim
-    return runApart(claim, restore, (fiber) => leaveInBackground(inBackground, givingBackOf(Fiber.await(fiber), giveBack)))
-  })
-
-/**
- * How a claim's statements stop, set around a take's claim on an engine
- * whose claims wait on the server (`Effect.locally`), for a queue not seen
- * limited: the claim then runs in its caller's fiber, and each statement
- * that can wait on the server is stoppable on its own (`awaitStoppable`,
- * `stoppableApart`) with the same rules as `stoppableClaim`. A fiber per
- * claim cost a woken PostgreSQL worker ~0.2 ms of its wake
- * (docs/performance-pg.md, "The woken worker's claim"). A limited queue's
- * claim (the flow walk: a transaction on the limits row) keeps `stoppableClaim`.
- */
-export interface StatementStop {
-  readonly restore: Restore
-  readonly inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>
-}
-
-export const statementStop: FiberRef.FiberRef<StatementStop | undefined> = FiberRef.unsafeMake<StatementStop | undefined>(
-  undefined
-)
-
 /**
  * The caller's wait for `answer`, the answer of a statement already sent,
  * ending at an interruption through `stop.restore`; whatever the answer
@@ -122,9 +103,9 @@ export const awaitStoppable = <A, E>(
 
 /**
  * `effect` (statements that can wait on the server) stoppable where
- * `statementStop` is set outside a transaction: in a fiber of its own, as
- * `stoppableClaim` runs a claim, with what it claimed given back after a stop.
- * As it is elsewhere.
+ * `statementStop` is set outside a transaction: in a fiber of its own
+ * (`runApart`), with what it claimed given back after a stop. As it is
+ * elsewhere.
  */
 export const stoppableApart = <A, E>(effect: Effect.Effect<A, E>, giveBack: (a: A) => Effect.Effect<void>): Effect.Effect<A, E> =>
   Effect.withFiberRuntime((fiber) => {

@@ -82,7 +82,7 @@ export const makeProcess = <A>(
           return nextOf(result.rows, at)
         }
       }
-      // Not a stoppable claim (stoppableClaim.ts): its fiber per statement cost a PostgreSQL drain ~15% of its
+      // Not a stoppable claim (stoppableClaim.ts): as a fiber per statement it cost a PostgreSQL drain ~15% of its
       // rate (docs/performance-pg.md). A stop waits for this statement, as for the handler's own writes.
       return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, 1), ({ acked, rows }) => {
         if (acked) m.acked(1)

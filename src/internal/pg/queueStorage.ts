@@ -224,9 +224,12 @@ export const makeQueueStorage = (
       return outcome.limited ? Effect.succeed(outcome.rows) : claimRounds(queue, workerId, clock, limit)
     })
 
-  // A queue seen limited goes straight to the flow walk (no unlimited claim statement to learn it again).
+  // A queue seen limited goes straight to the flow walk (no unlimited claim statement to learn it again). The
+  // walk's transaction can wait on the limits row: in a take it runs apart (stoppableClaim.ts).
   const claim = (queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
-    memory.known(queue) ? limitedClaim(queue, workerId, clock, limit) : claimRounds(queue, workerId, clock, limit)
+    memory.known(queue)
+      ? stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims)
+      : claimRounds(queue, workerId, clock, limit)
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none
