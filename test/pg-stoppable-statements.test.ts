@@ -3,7 +3,8 @@
  * store's kept connection the wait for the answer is a `Deferred`, not a fiber per claim. These cover the two
  * paths that still run a statement apart: a claim through the pool while the kept connection is busy, and a
  * claim that learns the queue is limited (another store set the limits) and walks it while an application's
- * transaction holds the limits row. Each stops at once, and gives back what its statement claims afterwards.
+ * transaction holds the limits row. A worker's fused ack + claim after a job stops the same way. Each stops at
+ * once, and gives back what its statement claims afterwards.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -42,6 +43,46 @@ describe("PostgreSQL: a take's claim stops at its statements", () => {
       const attempts = yield* Effect.forEach([1, 2], () =>
         Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job.attempts)))
       expect(attempts).toEqual([1, 1])
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
+  }, 15_000)
+
+  // A worker's step after a job is one statement, the job's ack fused with the next claim. Here two workers' steps
+  // wait on an index build another session started while their handlers ran, one on the store's kept connection,
+  // the other through the pool: the stop ends at once, and the statements, left to finish once the build ended,
+  // ack their jobs and give back the claims they took (no attempt spent).
+  it.live("workers whose fused ack + claim waits on an index build stop at once; the acks land and the claims are given back", () => {
+    const schema = freshSchema()
+    return Effect.gen(function*() {
+      const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("q"))
+      for (const n of [1, 2, 3, 4]) yield* queue.enqueue({ n })
+      const other = yield* otherSession
+      const ran: Array<number> = []
+      let building = false
+      const build = Effect.promise(() => other.query(`BEGIN; CREATE INDEX test_build ON ${schema}.__alkstore_jobs (created_at)`))
+      // The second handler to start starts the build; both return once it holds its lock, so both steps wait on it.
+      const untilBuilding = Effect.repeat(Effect.sleep("10 millis"), { until: () => building })
+      const worker = yield* Effect.fork(
+        queue.process("w", (job) =>
+          Effect.suspend(() => {
+            ran.push((job.payload as { n: number }).n)
+            return ran.length === 2 ? Effect.tap(build, () => Effect.sync(() => (building = true))) : untilBuilding
+          }), { concurrency: 2 })
+      )
+      yield* Effect.sleep("500 millis")
+      expect(building).toBe(true)
+      expect(ran.sort()).toEqual([1, 2])
+      const ends = yield* Effect.fork(Effect.delay(Effect.promise(() => other.query("ROLLBACK")), "2500 millis"))
+      const started = Date.now()
+      yield* Fiber.interrupt(worker)
+      const elapsed = Date.now() - started
+      yield* Fiber.join(ends)
+      expect(elapsed).toBeLessThan(1_000)
+      expect(ran).toHaveLength(2)
+      // The first two jobs were acked; the other two, claimed by the same statements, were given back.
+      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 2 })
+      const jobs = yield* Effect.forEach([1, 2], () => Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job)))
+      expect(jobs.map((job) => (job.payload as { n: number }).n).sort()).toEqual([3, 4])
+      expect(jobs.map((job) => job.attempts)).toEqual([1, 1])
     }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 

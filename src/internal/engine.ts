@@ -4,6 +4,7 @@ import type { FlowMemory } from "./flowMemory.js"
 import type { ResolvedEnqueue, ResolvedLimits } from "./options.js"
 import type { Lifetime } from "./lifetime.js"
 import type { AdminStorage, LockStorage, PersistedQueueStorage, RateLimiterStorage, ScheduleStorage } from "./mechanismStorage.js"
+import type { StatementStop } from "./stoppableClaim.js"
 import type { WakeHub } from "./wake.js"
 
 /**
@@ -153,14 +154,19 @@ export interface QueueStorage {
   readonly ackMany: (fences: ReadonlyArray<Fence>) => Effect.Effect<ReadonlyArray<boolean>, SqlError>
   /**
    * Acks one claim and claims up to `limit` more in one transaction: a busy
-   * worker pays one commit per job instead of two.
+   * worker pays one commit per job instead of two. `stop`: its statements
+   * stop as a take's claim does where they can wait on the server
+   * (`claimsWaitOnServer`; src/internal/stoppableClaim.ts), given here
+   * rather than through `statementStop`, whose setting costs a worker's step
+   * a fiber-ref change and its undoing per job.
    */
   readonly ackAndClaim: (
     fence: Fence,
     queue: string,
     workerId: string,
     clock: Clock.Clock,
-    limit: number
+    limit: number,
+    stop?: StatementStop
   ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
   /** `ackAndClaim` in place, as `insertOneNow` is `insertOne` in place. */
   readonly ackAndClaimNow?: (

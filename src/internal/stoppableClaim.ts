@@ -1,4 +1,4 @@
-import { Deferred, Duration, Effect, Exit, Fiber, FiberRef, Runtime } from "effect"
+import { Duration, Effect, Exit, Fiber, FiberRef, Runtime } from "effect"
 import type { Restore } from "./queueInternals.js"
 import { realClock } from "./realClock.js"
 import { inTransactionOf } from "./transactionOwner.js"
@@ -11,8 +11,10 @@ export const answerWaitMillis = 250
  * or table lock another session holds — an application's open transaction
  * on a queue's limits row, an index build — or a pool with no connection
  * free) for as long as that lasts, made stoppable: the take sets
- * `statementStop` around its claim, and each statement that can wait stops
- * on its own (`awaitStoppable` for one sent on the store's kept connection,
+ * `statementStop` around its claim (a worker passes the same stop to its
+ * fused ack + claim after a job, whose ack then lands in the background),
+ * and each statement that can wait stops on its own
+ * (`PgExecutor.allStoppable` for one sent on the store's kept connection,
  * `stoppableApart` for one through the pool and for a limited queue's flow
  * walk). An interruption ends the caller's wait for the answer. The
  * statement itself is not cut off — an answer lost after it committed would
@@ -85,21 +87,16 @@ const givingBackOf = <A, E>(outcome: Effect.Effect<Exit.Exit<A, E>>, giveBack: (
   Effect.flatMap(outcome, (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))
 
 /**
- * The caller's wait for `answer`, the answer of a statement already sent,
- * ending at an interruption through `stop.restore`; whatever the answer
- * then claims is given back in the background (`giveBack`). Run where the
- * caller cannot be interrupted otherwise: the statement was sent and this
- * handler is put in place in one step.
+ * What a stopped caller does with its statement's answer (`answer`: its
+ * outcome, come already or still to come): the give-back of what it claimed
+ * goes to the background, and the caller waits for it up to
+ * `answerWaitMillis` (real time), leaving it there when the statement is stuck.
  */
-export const awaitStoppable = <A, E>(
-  answer: Deferred.Deferred<A, E>,
+export const giveBackAfterStop = <A, E>(
   stop: StatementStop,
+  answer: Effect.Effect<Exit.Exit<A, E>>,
   giveBack: (a: A) => Effect.Effect<void>
-): Effect.Effect<A, E> =>
-  Effect.onInterrupt(
-    stop.restore(Deferred.await(answer)),
-    () => leaveInBackground(stop.inBackground, givingBackOf(Effect.exit(Deferred.await(answer)), giveBack))
-  )
+): Effect.Effect<void> => leaveInBackground(stop.inBackground, givingBackOf(answer, giveBack))
 
 /**
  * `effect` (statements that can wait on the server) stoppable where
@@ -107,9 +104,14 @@ export const awaitStoppable = <A, E>(
  * (`runApart`), with what it claimed given back after a stop. As it is
  * elsewhere.
  */
-export const stoppableApart = <A, E>(effect: Effect.Effect<A, E>, giveBack: (a: A) => Effect.Effect<void>): Effect.Effect<A, E> =>
+export const stoppableApart = <A, E>(
+  effect: Effect.Effect<A, E>,
+  giveBack: (a: A) => Effect.Effect<void>,
+  /** The stop to use instead of the fiber's `statementStop`. */
+  given?: StatementStop
+): Effect.Effect<A, E> =>
   Effect.withFiberRuntime((fiber) => {
-    const stop = fiber.getFiberRef(statementStop)
+    const stop = given ?? fiber.getFiberRef(statementStop)
     if (stop === undefined || inTransactionOf(fiber)) return effect
     // The fork and the stop's handler in one step; the fiber's own statements are not stopped again (nobody
     // interrupts it).

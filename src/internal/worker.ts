@@ -9,6 +9,7 @@ import { type ClaimHandle, jobAttributes, settle } from "./handle.js"
 import { checkFunction, maxProcessConcurrency, ownOptions, positiveCount, validateText } from "./options.js"
 import { untilFirstFailure } from "./race.js"
 import { realClock } from "./realClock.js"
+import type { StatementStop } from "./stoppableClaim.js"
 import { attr, describing, linkOf, type QueueMetrics, tracing, withNewSpan } from "./telemetry.js"
 import { transientRetry } from "./transient.js"
 import type { TakeOptions } from "./queueInternals.js"
@@ -59,7 +60,8 @@ export const makeProcess = <A>(
     handle: ClaimHandle<A>,
     workerId: string,
     onAck: ((acked: boolean) => void) | undefined,
-    onEmpty: (quiet: Quiet) => void
+    onEmpty: (quiet: Quiet) => void,
+    stop: StatementStop | undefined
   ) =>
     Effect.withFiberRuntime<Option.Option<ClaimHandle<A>>, SqlError>((fiber) => {
       const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
@@ -82,9 +84,10 @@ export const makeProcess = <A>(
           return nextOf(result.rows, at)
         }
       }
-      // Not a stoppable claim (stoppableClaim.ts): as a fiber per statement it cost a PostgreSQL drain ~15% of its
-      // rate (docs/performance-pg.md). A stop waits for this statement, as for the handler's own writes.
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, 1), ({ acked, rows }) => {
+      // Where its statement can wait on the server (another session's lock), it stops at that statement as a
+      // take's claim does (stoppableClaim.ts): the job's ack and whatever the statement claims finish in the
+      // background, the claims given back.
+      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, 1, stop), ({ acked, rows }) => {
         if (acked) m.acked(1)
         onAck?.(acked)
         return nextOf(rows, at)
@@ -155,6 +158,10 @@ export const makeProcess = <A>(
         const onEmpty = (q: Quiet) => {
           quiet = q
         }
+        // The fused ack + claim stops at its statements where they can wait on the server (PostgreSQL).
+        const stop: StatementStop | undefined = storage.claimsWaitOnServer
+          ? { restore, inBackground: engine.lifetime.background }
+          : undefined
         // Runs one claim; after a success, acks it and claims the next in one transaction.
         // The handler's time goes to its histogram; when this fiber traces, the job runs in its
         // own span (a root: one trace per job, linked to the span that enqueued it).
@@ -187,7 +194,8 @@ export const makeProcess = <A>(
                 handle,
                 workerId,
                 span && ((acked) => describing(() => span.attribute(attr.outcome, acked ? "acked" : handle.settledAs ?? "lost"))),
-                onEmpty
+                onEmpty,
+                stop
               )
             }
             return Effect.as(

@@ -1,13 +1,13 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberRef, Scope } from "effect"
-import { inTurn } from "../savepointTurns.js"
-import { awaitStoppable, statementStop, stoppableApart } from "../stoppableClaim.js"
+import { Context, Deferred, Effect, Exit } from "effect"
+import { giveBackAfterStop, type StatementStop, statementStop, stoppableApart } from "../stoppableClaim.js"
 import { otherTransactionError } from "../transactionOwner.js"
 import type { KeptConnection } from "./keptConnection.js"
 import type { SizeClasses } from "./planSize.js"
 import { lostPreparedStatement, makeStatements } from "./preparedStatements.js"
+import { getOpen, makeTransaction } from "./transactions.js"
 
 export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
 export type Row = Record<string, unknown>
@@ -22,21 +22,25 @@ export type Row = Record<string, unknown>
  * connection is this client's (`isMine`: the store's own transaction or the
  * application's `sql.withTransaction` on the same client); inside another
  * client's transaction it fails with a typed `SqlError` before running
- * anything (the rule of src/internal/transactionOwner.ts).
+ * anything (the rule of src/internal/transactionOwner.ts). Its transactions
+ * are made in transactions.ts.
  */
 export interface PgExecutor {
   /** Runs one statement (RETURNING for writes) and returns its rows. */
   readonly all: <A = Row>(text: string, params: ReadonlyArray<Param>) => Effect.Effect<ReadonlyArray<A>, SqlError>
   /**
-   * `all` for a statement of a take's claim: where the caller set
-   * `statementStop` (outside a transaction) its wait for the answer ends at
-   * an interruption, and `giveBack` gets what the statement answered after
-   * it (src/internal/stoppableClaim.ts).
+   * `all` for a claim's statement (a take's, a worker's fused ack +
+   * claim): where the caller set `statementStop` or passed `stop` (outside
+   * a transaction) its wait for the answer ends at an interruption, and
+   * `giveBack` gets what the statement answered after it
+   * (src/internal/stoppableClaim.ts).
    */
   readonly allStoppable: <A = Row>(
     text: string,
     params: ReadonlyArray<Param>,
-    giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>
+    giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>,
+    /** The stop to use instead of the fiber's `statementStop` (a worker's fused ack + claim). */
+    stop?: StatementStop
   ) => Effect.Effect<ReadonlyArray<A>, SqlError>
   /** A transaction on this client, or a savepoint inside one of its own that is open. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
@@ -57,12 +61,6 @@ export interface PgExecutor {
   readonly prepared: () => boolean
 }
 
-type Open = readonly [conn: Connection, depth: number]
-
-const getOpen = (context: Context.Context<never>): Open | undefined =>
-  context.unsafeMap.get(SqlClient.TransactionConnection.key) as Open | undefined
-
-
 /**
  * The constructor of the client's connections: `@effect/sql-pg` builds one
  * class per client, so `instanceof` tells this client's connections (its own
@@ -70,16 +68,6 @@ const getOpen = (context: Context.Context<never>): Open | undefined =>
  */
 const connectionClass = (client: SqlClient.SqlClient) =>
   Effect.scoped(Effect.map(client.reserve, (conn) => (conn as object).constructor))
-
-/** Ends the driver's connection so the pool discards it instead of reusing it mid-transaction. */
-const discard = (conn: Connection) => {
-  const pg = (conn as { pg?: { end?: () => Promise<void> } }).pg
-  try {
-    void pg?.end?.().catch(() => {})
-  } catch {
-    // already gone
-  }
-}
 
 export const makeExecutor = (
   client: SqlClient.SqlClient,
@@ -108,20 +96,7 @@ export const makeExecutor = (
           return Effect.ensuring(restore(statement), Effect.sync(() => inFlight--))
         })
       )
-    const exec = (conn: Connection, sql: string) => counted(Effect.asVoid(conn.execute(sql, [], undefined)))
-    // PostgreSQL answers the COMMIT of a transaction that an earlier failed statement aborted (one whose
-    // failure the body caught and went on) with the tag ROLLBACK and no error: nothing was committed.
-    const commit = (conn: Connection) =>
-      counted(Effect.flatMap(conn.executeRaw("COMMIT", []), (result) =>
-        (result as { readonly command?: unknown } | undefined)?.command === "ROLLBACK"
-          ? Effect.fail(
-            new SqlError({
-              cause: new Error("COMMIT answered ROLLBACK"),
-              message: "the transaction was rolled back, not committed: a statement in it failed earlier and " +
-                "aborted it (PostgreSQL answers such a COMMIT with ROLLBACK)"
-            })
-          )
-          : Effect.void))
+    const transaction = makeTransaction({ Class, Hooks, client, counted, isMine, kept: options.kept })
 
     // Outside a transaction, statements run on the pool through a connection of the client's own
     // class without a reserved driver connection — what `@effect/sql-pg` 0.53 itself acquires for
@@ -250,27 +225,40 @@ export const makeExecutor = (
         return kept !== undefined ? onKept<A>(kept, text, params) : viaPool<A>(text, params)
       })
 
-    // See `PgExecutor.allStoppable`: on the kept connection the answer is one `Deferred`; through the pool (the kept
-    // connection busy) the statement runs in a fiber of its own. The statement always runs to its end.
+    // See `PgExecutor.allStoppable`: on the kept connection the caller's wait is interruptible and its canceler gives
+    // the answer back; through the pool (the kept connection busy) the statement runs in a fiber of its own. The
+    // statement always runs to its end.
     const allStoppable = <A>(
       text: string,
       params: ReadonlyArray<Param>,
-      giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>
+      giveBack: (rows: ReadonlyArray<A>) => Effect.Effect<void>,
+      given?: StatementStop
     ): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.withFiberRuntime((fiber) => {
-        const stop = fiber.getFiberRef(statementStop)
+        const stop = given ?? fiber.getFiberRef(statementStop)
         if (stop === undefined || getOpen(fiber.currentContext) !== undefined) return all<A>(text, params)
-        // The take, the send and the stop's handler in one step.
-        return Effect.uninterruptible(Effect.suspend(() => {
-          const driver = kept?.take()
-          if (driver === undefined) return stoppableApart(viaPool<A>(text, params), giveBack)
-          const answer = Deferred.unsafeMake<ReadonlyArray<A>, SqlError>(fiber.id())
-          let named = false
-          sendOnKept<A>(kept!, driver, text, params, (exit, asNamed) => {
-            named = asNamed
-            Deferred.unsafeDone(answer, exit)
+        if (kept === undefined) return stoppableApart(viaPool<A>(text, params), giveBack, stop)
+        // As `onKept` (the take, the send and the canceler one registration), its wait ending at an interruption.
+        return stop.restore(Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
+          const driver = kept.take()
+          if (driver === undefined) {
+            resume(stoppableApart(viaPool<A>(text, params), giveBack, stop))
+            return
+          }
+          let answer: Exit.Exit<ReadonlyArray<A>, SqlError> | undefined
+          let late: Deferred.Deferred<ReadonlyArray<A>, SqlError> | undefined
+          sendOnKept<A>(kept, driver, text, params, (exit, named) => {
+            answer = exit
+            if (late !== undefined) Deferred.unsafeDone(late, exit)
+            else resume(Exit.isSuccess(exit) ? exit : Effect.catchAll(exit, againIfLost<A>(named, text, params)))
           })
-          return Effect.catchAll(awaitStoppable(answer, stop, giveBack), (error) => againIfLost<A>(named, text, params)(error))
+          // Stopped: the statement is not cancelled (it may have committed); its answer is given back, at once
+          // when it came before the caller resumed, else once it comes.
+          return Effect.suspend(() => {
+            if (answer !== undefined) return giveBackAfterStop(stop, Effect.succeed(answer), giveBack)
+            const awaited = (late = Deferred.unsafeMake<ReadonlyArray<A>, SqlError>(fiber.id()))
+            return giveBackAfterStop(stop, Effect.exit(Deferred.await(awaited)), giveBack)
+          })
         }))
       })
 
@@ -279,118 +267,6 @@ export const makeExecutor = (
       if (open === undefined || !isMine(open[0])) return "none" as const
       return context.unsafeMap.has(Hooks.key) ? "store" as const : "application" as const
     }
-
-    const savepoint = <A, E, R>(
-      context: Context.Context<never>,
-      [conn, depth]: Open,
-      effect: Effect.Effect<A, E, R>,
-      restore: <X, Y, Z>(e: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
-    ): Effect.Effect<A, E | SqlError, R> => {
-      const name = `alkstore_sp_${depth + 1}`
-      const parent = context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined
-      const hooks: Array<() => void> = []
-      const inner = Context.add(context, SqlClient.TransactionConnection, [conn, depth + 1] as const).pipe(
-        Context.add(Hooks, hooks)
-      )
-      const undo = Effect.zipRight(exec(conn, `ROLLBACK TO SAVEPOINT ${name}`), exec(conn, `RELEASE SAVEPOINT ${name}`))
-      return inTurn(
-        conn,
-        depth + 1,
-        restore,
-        exec(conn, `SAVEPOINT ${name}`).pipe(
-          Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
-          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-            Exit.isSuccess(exit)
-              ? Effect.as(exec(conn, `RELEASE SAVEPOINT ${name}`), exit.value).pipe(
-                // A RELEASE refused (an earlier statement in it failed and aborted the transaction): its work
-                // is undone, so the enclosing transaction can go on without it.
-                Effect.tapError(() => Effect.ignore(undo)),
-                // Work of an application transaction wakes through NOTIFY on its commit.
-                Effect.tap(() => parent?.push(...hooks))
-              )
-              : undo.pipe(
-                Effect.matchCauseEffect({
-                  onSuccess: () => exit,
-                  onFailure: (cause) => Exit.failCause(Cause.sequential(exit.cause, cause))
-                })
-              )
-          )
-        )
-      )
-    }
-
-    /**
-     * A pooled connection for a transaction, whose wait may be interrupted.
-     * `@effect/sql-pg`'s reserve cannot: its wait has no canceler, so a
-     * connection the pool hands over after an interruption was never given
-     * back (an exhausted pool, every later operation waiting). The take runs
-     * in a fiber of its own that always finishes: a connection arriving after
-     * the caller gave up lands in `scope`, already closed, and is released.
-     * The kept connection, when free, is taken first: the pool is one
-     * connection short of `maxConnections` while a connection is kept, and
-     * transactions can still have as many open at once.
-     */
-    const reserveIn = (scope: Scope.Scope): Effect.Effect<Connection, SqlError> =>
-      // The kept connection's take and its return in `scope` in one uninterruptible step.
-      Effect.uninterruptibleMask((restore) =>
-        Effect.suspend(() => {
-          const driver = kept?.take()
-          if (driver !== undefined) {
-            return Effect.as(
-              Scope.addFinalizer(scope, Effect.sync(() => kept!.answered(driver))),
-              new (Class as new(pg: unknown) => Connection)(driver)
-            )
-          }
-          return restore(Effect.flatMap(
-            Effect.forkDaemon(Effect.uninterruptible(Scope.extend(client.reserve, scope))),
-            Fiber.join
-          ))
-        })
-      )
-
-    /**
-     * Unlike `@effect/sql`'s own, a failed BEGIN or COMMIT is the typed
-     * `SqlError` it is (never a defect), a connection whose ROLLBACK failed is
-     * discarded rather than pooled mid-transaction, and the commit hooks (wake
-     * signals) run only after COMMIT succeeded.
-     */
-    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.withFiberRuntime<A, E | SqlError, R>((fiber) => {
-          const context = fiber.currentContext
-          const open = getOpen(context)
-          if (open !== undefined && isMine(open[0])) return savepoint(context, open, effect, restore)
-          if (open !== undefined) return Effect.fail(otherTransactionError())
-          return Effect.flatMap(Scope.make(), (scope) => {
-            // The wait for a connection counts as in flight: a new one is a TCP connect and a login away (the
-            // store's close, and tests that settle until nothing is in flight, wait for it).
-            const body = Effect.flatMap(restore(counted(reserveIn(scope))), (conn) => {
-              const hooks: Array<() => void> = []
-              const inner = Context.add(context, SqlClient.TransactionConnection, [conn, 0] as const).pipe(
-                Context.add(Hooks, hooks)
-              )
-              const rollback = Effect.catchAll(exec(conn, "ROLLBACK"), () => Effect.sync(() => discard(conn)))
-              return exec(conn, "BEGIN").pipe(
-                Effect.tapError(() => Effect.sync(() => discard(conn))),
-                Effect.zipRight(Effect.exit(Effect.locally(restore(effect), FiberRef.currentContext, inner))),
-                Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-                  Exit.isFailure(exit)
-                    ? Effect.zipRight(rollback, exit)
-                    : commit(conn).pipe(
-                      // A failed COMMIT has ended the transaction; a broken connection is discarded.
-                      Effect.tapError(() => rollback),
-                      Effect.map(() => {
-                        for (const hook of hooks) hook()
-                        return exit.value
-                      })
-                    )
-                )
-              )
-            })
-            return Effect.ensuring(body, Scope.close(scope, Exit.void))
-          })
-        })
-      )
 
     const commitHooks = (context: Context.Context<never>) =>
       context.unsafeMap.get(Hooks.key) as Array<() => void> | undefined

@@ -17,7 +17,7 @@ import type { FlowOutcome } from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
 import { giveBackClaims, givingBackOnError } from "./giveBack.js"
 import { queueStatements } from "./queueStatements.js"
-import { stoppableApart } from "../stoppableClaim.js"
+import { type StatementStop, statementStop, stoppableApart } from "../stoppableClaim.js"
 
 /** A claimed row, marked when it was taken from a lapsed lease. */
 const claimedRow = (r: Record<string, unknown>): JobRow => {
@@ -162,12 +162,13 @@ export const makeQueueStorage = (
     }))
   }
 
-  // What a claim's statement answered after its take was stopped: its claims given back (no attempt spent).
-  const stoppedClaims = (rows: ReadonlyArray<JobRow>) => giveBackClaims(db, sql.release, notifier.params, rows, "of a stopped take")
+  // What a claim's statement answered after its caller (a take, a worker) was stopped: its claims given back
+  // (no attempt spent).
+  const stoppedClaims = (rows: ReadonlyArray<JobRow>) => giveBackClaims(db, sql.release, notifier.params, rows, "of a stopped claim")
   const stoppedAnswer = (raw: ReadonlyArray<Record<string, unknown>>) =>
     decoded(Effect.succeed(raw.filter((row) => row.id !== null)), claimedRow).pipe(
       Effect.flatMap(stoppedClaims),
-      Effect.catchAll((error) => Effect.logWarning("alkstore: the answer of a stopped take could not be read; its claims return when their lease lapses", error))
+      Effect.catchAll((error) => Effect.logWarning("alkstore: the answer of a stopped claim could not be read; its claims return when their lease lapses", error))
     )
 
   /**
@@ -231,15 +232,24 @@ export const makeQueueStorage = (
       ? stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims)
       : claimRounds(queue, workerId, clock, limit)
 
+  // The fused statement's later rounds (rare: a backlog, or candidates met dead) stop at their statements as its
+  // first does.
+  const stoppingAt = <X>(rounds: Effect.Effect<X, SqlError>, stop: StatementStop | undefined) =>
+    stop === undefined ? rounds : Effect.locally(rounds, statementStop, stop)
+
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none
   // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
   // docs/performance-pg.md).
-  const ackAndClaim = (fence: Fence, queue: string, workerId: string, clock: Clock.Clock, limit: number) =>
+  const ackAndClaim: QueueStorage["ackAndClaim"] = (fence, queue, workerId, clock, limit, stop) =>
     Effect.flatMap(
-      db.all<Record<string, unknown>>(
+      // Stoppable in a worker (stoppableClaim.ts): a stop while it waits on the server leaves the ack to finish
+      // and gives back what it claimed.
+      db.allStoppable<Record<string, unknown>>(
         limit === 1 ? sql.ackAndClaimOne : sql.ackAndClaim,
-        [clock.unsafeCurrentTimeMillis(), workerId, queue, limit, fence.id, fence.token]
+        [clock.unsafeCurrentTimeMillis(), workerId, queue, limit, fence.id, fence.token],
+        stoppedAnswer,
+        stop
       ),
       (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
         let acked: boolean
@@ -248,10 +258,10 @@ export const makeQueueStorage = (
         try {
           acked = raw.length > 0 && int(raw[0]!.acked, "acked") > 0
           if (raw[0]?.limited === true) {
-            return Effect.map(limitedClaim(queue, workerId, clock, limit), (rows) => ({ acked, rows }))
+            return Effect.map(stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims, stop), (rows) => ({ acked, rows }))
           }
           if (raw[0]?.backlog === true) {
-            return Effect.map(claimRounds(queue, workerId, clock, limit), (rows) => ({ acked, rows }))
+            return Effect.map(stoppingAt(claimRounds(queue, workerId, clock, limit), stop), (rows) => ({ acked, rows }))
           }
           for (const row of raw) {
             if (row.id === null) continue
@@ -266,7 +276,7 @@ export const makeQueueStorage = (
           if (first.length > 1) first.sort(claimOrder)
           return Effect.succeed({ acked, rows: first })
         }
-        return Effect.map(claimRounds(queue, workerId, clock, limit, first), (rows) => ({ acked, rows }))
+        return Effect.map(stoppingAt(claimRounds(queue, workerId, clock, limit, first), stop), (rows) => ({ acked, rows }))
       }
     )
 
