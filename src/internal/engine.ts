@@ -154,9 +154,10 @@ export interface QueueStorage {
   readonly ackMany: (fences: ReadonlyArray<Fence>) => Effect.Effect<ReadonlyArray<boolean>, SqlError>
   /**
    * Acks one claim and claims up to `limit` more in one transaction: a busy
-   * worker pays one commit per job instead of two. `stop`: its statements
-   * stop as a take's claim does where they can wait on the server
-   * (`claimsWaitOnServer`; src/internal/stoppableClaim.ts), given here
+   * worker pays one commit per job instead of two. `stopped`: its
+   * statements stop as a take's claim does where they can wait on the server
+   * (`claimsWaitOnServer`; src/internal/stoppableClaim.ts), and `acked`
+   * hears of the ack of a step stopped before its answer came. Given here
    * rather than through `statementStop`, whose setting costs a worker's step
    * a fiber-ref change and its undoing per job.
    */
@@ -166,7 +167,7 @@ export interface QueueStorage {
     workerId: string,
     clock: Clock.Clock,
     limit: number,
-    stop?: StatementStop
+    stopped?: { readonly stop: StatementStop; readonly acked: (acked: boolean) => void }
   ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
   /** `ackAndClaim` in place, as `insertOneNow` is `insertOne` in place. */
   readonly ackAndClaimNow?: (

@@ -84,14 +84,20 @@ export const makeProcess = <A>(
           return nextOf(result.rows, at)
         }
       }
-      // Where its statement can wait on the server (another session's lock), it stops at that statement as a
-      // take's claim does (stoppableClaim.ts): the job's ack and whatever the statement claims finish in the
-      // background, the claims given back.
-      return Effect.flatMap(storage.ackAndClaim(handle.fence, name, workerId, clock, 1, stop), ({ acked, rows }) => {
+      const heard = (acked: boolean) => {
         if (acked) m.acked(1)
         onAck?.(acked)
-        return nextOf(rows, at)
-      })
+      }
+      // Where its statement can wait on the server (another session's lock), it stops at that statement as a
+      // take's claim does (stoppableClaim.ts): the job's ack and whatever the statement claims finish in the
+      // background, the claims given back, and the ack is heard of when it comes.
+      return Effect.flatMap(
+        storage.ackAndClaim(handle.fence, name, workerId, clock, 1, stop && { stop, acked: heard }),
+        ({ acked, rows }) => {
+          heard(acked)
+          return nextOf(rows, at)
+        }
+      )
     })
 
   /**

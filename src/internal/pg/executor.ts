@@ -12,6 +12,14 @@ import { getOpen, makeTransaction } from "./transactions.js"
 export type Param = string | number | bigint | boolean | null | ReadonlyArray<string | number | null>
 export type Row = Record<string, unknown>
 
+/** A statement `allStoppable` sent on the kept connection: how, and its answer once it came. */
+interface Sent<A> {
+  named: boolean
+  answer: Exit.Exit<ReadonlyArray<A>, SqlError> | undefined
+  /** Where the answer goes once the caller was stopped before it came. */
+  late: Deferred.Deferred<ReadonlyArray<A>, SqlError> | undefined
+}
+
 /**
  * The one seam the PostgreSQL mechanisms run their SQL through, over the
  * store's `SqlClient` (an `@effect/sql-pg` client).
@@ -238,28 +246,36 @@ export const makeExecutor = (
         const stop = given ?? fiber.getFiberRef(statementStop)
         if (stop === undefined || getOpen(fiber.currentContext) !== undefined) return all<A>(text, params)
         if (kept === undefined) return stoppableApart(viaPool<A>(text, params), giveBack, stop)
-        // As `onKept` (the take, the send and the canceler one registration), its wait ending at an interruption.
-        return stop.restore(Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
+        // The take and the send in the wait's registration, as in `onKept`; the wait ends at an interruption
+        // (`stop.restore`), and the stop's handler, outside it in the caller's uninterruptible region, gives the
+        // answer back: at once when it came before the caller resumed, else once it comes. The statement is not
+        // cancelled (it may have committed).
+        let sent: Sent<A> | undefined
+        const wait = stop.restore(Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
           const driver = kept.take()
           if (driver === undefined) {
             resume(stoppableApart(viaPool<A>(text, params), giveBack, stop))
             return
           }
-          let answer: Exit.Exit<ReadonlyArray<A>, SqlError> | undefined
-          let late: Deferred.Deferred<ReadonlyArray<A>, SqlError> | undefined
+          const on: Sent<A> = (sent = { named: false, answer: undefined, late: undefined })
           sendOnKept<A>(kept, driver, text, params, (exit, named) => {
-            answer = exit
-            if (late !== undefined) Deferred.unsafeDone(late, exit)
-            else resume(Exit.isSuccess(exit) ? exit : Effect.catchAll(exit, againIfLost<A>(named, text, params)))
-          })
-          // Stopped: the statement is not cancelled (it may have committed); its answer is given back, at once
-          // when it came before the caller resumed, else once it comes.
-          return Effect.suspend(() => {
-            if (answer !== undefined) return giveBackAfterStop(stop, Effect.succeed(answer), giveBack)
-            const awaited = (late = Deferred.unsafeMake<ReadonlyArray<A>, SqlError>(fiber.id()))
-            return giveBackAfterStop(stop, Effect.exit(Deferred.await(awaited)), giveBack)
+            on.named = named
+            on.answer = exit
+            if (on.late !== undefined) Deferred.unsafeDone(on.late, exit)
+            else resume(exit)
           })
         }))
+        const stopped = Effect.suspend(() => {
+          if (sent === undefined) return Effect.void
+          if (sent.answer !== undefined) return giveBackAfterStop(stop, Effect.succeed(sent.answer), giveBack)
+          const late = (sent.late = Deferred.unsafeMake<ReadonlyArray<A>, SqlError>(fiber.id()))
+          return giveBackAfterStop(stop, Effect.exit(Deferred.await(late)), giveBack)
+        })
+        const stoppable = Effect.catchAll(
+          Effect.onInterrupt(wait, () => stopped),
+          (error) => (sent === undefined ? Effect.fail(error) : againIfLost<A>(sent.named, text, params)(error))
+        )
+        return Effect.checkInterruptible((interruptible) => (interruptible ? Effect.uninterruptible(stoppable) : stoppable))
       })
 
     const openTransaction = (context: Context.Context<never>) => {

@@ -241,14 +241,19 @@ export const makeQueueStorage = (
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none
   // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
   // docs/performance-pg.md).
-  const ackAndClaim: QueueStorage["ackAndClaim"] = (fence, queue, workerId, clock, limit, stop) =>
-    Effect.flatMap(
-      // Stoppable in a worker (stoppableClaim.ts): a stop while it waits on the server leaves the ack to finish
-      // and gives back what it claimed.
+  const ackAndClaim: QueueStorage["ackAndClaim"] = (fence, queue, workerId, clock, limit, stopped) => {
+    const stop = stopped?.stop
+    // Stoppable in a worker (stoppableClaim.ts): a stop while it waits on the server leaves the ack to finish
+    // (the worker hears of it) and gives back what it claimed.
+    const stoppedStep = stopped && ((raw: ReadonlyArray<Record<string, unknown>>) => {
+      stopped.acked(raw.length > 0 && Number(raw[0]!.acked) > 0)
+      return stoppedAnswer(raw)
+    })
+    return Effect.flatMap(
       db.allStoppable<Record<string, unknown>>(
         limit === 1 ? sql.ackAndClaimOne : sql.ackAndClaim,
         [clock.unsafeCurrentTimeMillis(), workerId, queue, limit, fence.id, fence.token],
-        stoppedAnswer,
+        stoppedStep ?? stoppedAnswer,
         stop
       ),
       (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
@@ -279,6 +284,7 @@ export const makeQueueStorage = (
         return Effect.map(stoppingAt(claimRounds(queue, workerId, clock, limit, first), stop), (rows) => ({ acked, rows }))
       }
     )
+  }
 
   const ack = (fence: Fence) => changed(db.all(sql.ack, [fence.id, fence.token]))
 
