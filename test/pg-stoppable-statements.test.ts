@@ -1,23 +1,48 @@
 /**
  * A take's claim on PostgreSQL stops at its statements (src/internal/stoppableClaim.ts, `statementStop`): on the
- * store's kept connection the wait for the answer is a `Deferred`, not a fiber per claim. These cover the two
+ * store's kept connection the wait for the answer is interruptible, not a fiber per claim. These cover the two
  * paths that still run a statement apart: a claim through the pool while the kept connection is busy, and a
  * claim that learns the queue is limited (another store set the limits) and walks it while an application's
- * transaction holds the limits row. A worker's fused ack + claim after a job stops the same way. Each stops at
- * once, and gives back what its statement claims afterwards.
+ * transaction holds the limits row. A worker's fused ack + claim after a job stops the same way, on the kept
+ * connection, through the pool, and in the flow walk of a limited queue it answers. Each stops at once, and gives
+ * back what its statement claims afterwards.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer } from "effect"
 import { Queues } from "../src/index.js"
 import { expectTakeEndsWhileLimitsRowHeld, otherSession, pgStoreLayer, settledStats } from "./support/pgSessions.js"
 
 let schemaCounter = 0
 const freshSchema = () => `stopstmt${process.pid}_${++schemaCounter}`
 
+/**
+ * Stops `worker`, which must end within 1 s although what holds the lock (`holder`) ends later; once it has, the
+ * statements left to finish must have given back what they claimed: `pending` jobs, none claimed, each taken
+ * next on its first attempt. Returns those jobs' payloads' `n`, sorted.
+ */
+const expectStopsAtOnceAndGivesBack = (
+  worker: Fiber.RuntimeFiber<unknown, unknown>,
+  holder: Fiber.Fiber<unknown, unknown>,
+  queue: Queues.Queue<unknown>,
+  pending: number
+) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    yield* Fiber.interrupt(worker)
+    const elapsed = Date.now() - started
+    yield* Fiber.join(holder)
+    expect(elapsed).toBeLessThan(1_000)
+    expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending })
+    const jobs = yield* Effect.forEach(Array.from({ length: pending }), () =>
+      Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job)))
+    expect(jobs.map((job) => job.attempts)).toEqual(jobs.map(() => 1))
+    return jobs.map((job) => (job.payload as { n: number }).n).sort()
+  })
+
 describe("PostgreSQL: a take's claim stops at its statements", () => {
   // Two workers of one process both wait on another session's index build: one claim holds the store's kept
-  // connection (a `Deferred`), the other goes through the pool (a statement apart). Both stop at once.
+  // connection (an interruptible wait), the other goes through the pool (a statement apart). Both stop at once.
   it.live("two workers whose claims wait on an index build, one through the pool, stop at once and keep no claim", () => {
     const schema = freshSchema()
     return Effect.gen(function*() {
@@ -32,17 +57,9 @@ describe("PostgreSQL: a take's claim stops at its statements", () => {
         queue.process("w", (job) => Effect.sync(() => ran.push((job.payload as { n: number }).n)), { concurrency: 2 })
       )
       yield* Effect.sleep("500 millis") // both claims wait on the build's lock
-      const started = Date.now()
-      yield* Fiber.interrupt(worker)
-      const elapsed = Date.now() - started
-      yield* Fiber.join(ends)
-      expect(elapsed).toBeLessThan(1_000)
-      expect(ran).toEqual([])
       // The claims left to finish once the build ended gave back what they took, no attempt spent.
-      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 2 })
-      const attempts = yield* Effect.forEach([1, 2], () =>
-        Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job.attempts)))
-      expect(attempts).toEqual([1, 1])
+      expect(yield* expectStopsAtOnceAndGivesBack(worker, ends, queue, 2)).toEqual([1, 2])
+      expect(ran).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 
@@ -72,17 +89,46 @@ describe("PostgreSQL: a take's claim stops at its statements", () => {
       expect(building).toBe(true)
       expect(ran.sort()).toEqual([1, 2])
       const ends = yield* Effect.fork(Effect.delay(Effect.promise(() => other.query("ROLLBACK")), "2500 millis"))
-      const started = Date.now()
-      yield* Fiber.interrupt(worker)
-      const elapsed = Date.now() - started
-      yield* Fiber.join(ends)
-      expect(elapsed).toBeLessThan(1_000)
-      expect(ran).toHaveLength(2)
       // The first two jobs were acked; the other two, claimed by the same statements, were given back.
-      expect(yield* settledStats(queue)).toMatchObject({ claimed: 0, pending: 2 })
-      const jobs = yield* Effect.forEach([1, 2], () => Effect.flatMap(queue.take("w2"), (handle) => Effect.as(handle.ack, handle.job)))
-      expect(jobs.map((job) => (job.payload as { n: number }).n).sort()).toEqual([3, 4])
-      expect(jobs.map((job) => job.attempts)).toEqual([1, 1])
+      expect(yield* expectStopsAtOnceAndGivesBack(worker, ends, queue, 2)).toEqual([3, 4])
+      expect(ran).toHaveLength(2)
+    }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
+  }, 15_000)
+
+  // The fused step of a worker on a limited queue answers "limited" and walks the queue (flow control) in a
+  // transaction of its own, which waits on the limits row an application's transaction holds: the stop ends at
+  // once there too, and the walk, left to finish, gives back what it claimed; the first job's ack has landed.
+  it.live("a worker whose step walks a limited queue while the limits row is held stops at once", () => {
+    const schema = freshSchema()
+    return Effect.gen(function*() {
+      const other = yield* Layer.build(pgStoreLayer({ schema }))
+      const otherQueues = Context.get(other, Queues.Queues)
+      yield* otherQueues.setLimits("limitedStep", { concurrency: 2 })
+      const queue = yield* Effect.flatMap(Queues.Queues, (queues) => queues.queue("limitedStep"))
+      yield* queue.enqueue({ n: 1 })
+      yield* queue.enqueue({ n: 2 })
+      const handling = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const ran: Array<number> = []
+      const worker = yield* Effect.fork(queue.process("w", (job) =>
+        Effect.suspend(() => {
+          ran.push((job.payload as { n: number }).n)
+          return Effect.zipRight(Deferred.succeed(handling, undefined), Deferred.await(release))
+        })))
+      yield* Deferred.await(handling)
+      // The application's transaction on the other store's client changes the limits and holds the row 2.5 s.
+      const open = yield* Deferred.make<void>()
+      const application = yield* Effect.fork(Context.get(other, SqlClient.SqlClient).withTransaction(Effect.gen(function*() {
+        yield* otherQueues.setLimits("limitedStep", { concurrency: 1 })
+        yield* Deferred.succeed(open, undefined)
+        yield* Effect.sleep("2500 millis")
+      })))
+      yield* Deferred.await(open)
+      yield* Deferred.succeed(release, undefined)
+      yield* Effect.sleep("300 millis") // the step's walk waits on the limits row
+      // The first job was acked; the second, claimed by the walk, was given back.
+      expect(yield* expectStopsAtOnceAndGivesBack(worker, application, queue, 1)).toEqual([2])
+      expect(ran).toEqual([1])
     }).pipe(Effect.scoped, Effect.provide(pgStoreLayer({ schema })))
   }, 15_000)
 

@@ -108,6 +108,12 @@ export interface Fence {
   readonly token: number
 }
 
+/** How a worker's fused ack + claim stops (`QueueStorage.ackAndClaim`), and who hears of its ack after a stop. */
+export interface StoppedStep {
+  readonly stop: StatementStop
+  readonly acked: (acked: boolean) => void
+}
+
 export interface QueueStorage {
   /** Inserts in one transaction, in input order; a live job's `key` returns its id instead. */
   readonly insert: (jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<number>, SqlError>
@@ -167,7 +173,7 @@ export interface QueueStorage {
     workerId: string,
     clock: Clock.Clock,
     limit: number,
-    stopped?: { readonly stop: StatementStop; readonly acked: (acked: boolean) => void }
+    stopped?: StoppedStep
   ) => Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError>
   /** `ackAndClaim` in place, as `insertOneNow` is `insertOne` in place. */
   readonly ackAndClaimNow?: (

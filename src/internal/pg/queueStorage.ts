@@ -8,7 +8,8 @@ import {
   type HoldersBuried,
   type QueueStorage,
   sharesAllButPayload,
-  type StatsRow
+  type StatsRow,
+  type StoppedStep
 } from "../engine.js"
 import type { Param, PgExecutor } from "./executor.js"
 import { decoded, decodeError, int, intOrNull, toJobRow } from "./rows.js"
@@ -17,7 +18,7 @@ import type { FlowOutcome } from "../flowOps.js"
 import type { FlowMemory } from "../flowMemory.js"
 import { giveBackClaims, givingBackOnError } from "./giveBack.js"
 import { queueStatements } from "./queueStatements.js"
-import { type StatementStop, statementStop, stoppableApart } from "../stoppableClaim.js"
+import { statementStop, stoppableApart } from "../stoppableClaim.js"
 
 /** A claimed row, marked when it was taken from a lapsed lease. */
 const claimedRow = (r: Record<string, unknown>): JobRow => {
@@ -232,17 +233,23 @@ export const makeQueueStorage = (
       ? stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims)
       : claimRounds(queue, workerId, clock, limit)
 
-  // The fused statement's later rounds (rare: a backlog, or candidates met dead) stop at their statements as its
-  // first does.
-  const stoppingAt = <X>(rounds: Effect.Effect<X, SqlError>, stop: StatementStop | undefined) =>
-    stop === undefined ? rounds : Effect.locally(rounds, statementStop, stop)
+  // The fused statement's later rounds (rare: limits met, a backlog, candidates met dead) stop at their statements
+  // as its first does, and a worker stopped there hears of the ack its first round made.
+  const laterRounds = <X>(
+    rounds: Effect.Effect<X, SqlError>,
+    stopped: StoppedStep | undefined,
+    acked: boolean
+  ) =>
+    stopped === undefined ? rounds : Effect.onInterrupt(
+      Effect.locally(rounds, statementStop, stopped.stop),
+      () => Effect.sync(() => stopped.acked(acked))
+    )
 
   // The fused statement's first round; more rounds (after candidates met dead) are plain claims.
   // The worker runs this once per job: the common outcome (every row returned is a claim, or none
   // came back) is decoded in place and returned without the rounds' generator (client CPU per job,
   // docs/performance-pg.md).
   const ackAndClaim: QueueStorage["ackAndClaim"] = (fence, queue, workerId, clock, limit, stopped) => {
-    const stop = stopped?.stop
     // Stoppable in a worker (stoppableClaim.ts): a stop while it waits on the server leaves the ack to finish
     // (the worker hears of it) and gives back what it claimed.
     const stoppedStep = stopped && ((raw: ReadonlyArray<Record<string, unknown>>) => {
@@ -254,7 +261,7 @@ export const makeQueueStorage = (
         limit === 1 ? sql.ackAndClaimOne : sql.ackAndClaim,
         [clock.unsafeCurrentTimeMillis(), workerId, queue, limit, fence.id, fence.token],
         stoppedStep ?? stoppedAnswer,
-        stop
+        stopped?.stop
       ),
       (raw): Effect.Effect<{ readonly acked: boolean; readonly rows: ReadonlyArray<JobRow> }, SqlError> => {
         let acked: boolean
@@ -263,10 +270,11 @@ export const makeQueueStorage = (
         try {
           acked = raw.length > 0 && int(raw[0]!.acked, "acked") > 0
           if (raw[0]?.limited === true) {
-            return Effect.map(stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims, stop), (rows) => ({ acked, rows }))
+            const walk = stoppableApart(limitedClaim(queue, workerId, clock, limit), stoppedClaims)
+            return Effect.map(laterRounds(walk, stopped, acked), (rows) => ({ acked, rows }))
           }
           if (raw[0]?.backlog === true) {
-            return Effect.map(stoppingAt(claimRounds(queue, workerId, clock, limit), stop), (rows) => ({ acked, rows }))
+            return Effect.map(laterRounds(claimRounds(queue, workerId, clock, limit), stopped, acked), (rows) => ({ acked, rows }))
           }
           for (const row of raw) {
             if (row.id === null) continue
@@ -281,7 +289,7 @@ export const makeQueueStorage = (
           if (first.length > 1) first.sort(claimOrder)
           return Effect.succeed({ acked, rows: first })
         }
-        return Effect.map(stoppingAt(claimRounds(queue, workerId, clock, limit, first), stop), (rows) => ({ acked, rows }))
+        return Effect.map(laterRounds(claimRounds(queue, workerId, clock, limit, first), stopped, acked), (rows) => ({ acked, rows }))
       }
     )
   }
