@@ -233,9 +233,9 @@ export const makeExecutor = (
         return kept !== undefined ? onKept<A>(kept, text, params) : viaPool<A>(text, params)
       })
 
-    // See `PgExecutor.allStoppable`: on the kept connection the caller's wait is interruptible and its canceler gives
-    // the answer back; through the pool (the kept connection busy) the statement runs in a fiber of its own. The
-    // statement always runs to its end.
+    // See `PgExecutor.allStoppable`: on the kept connection the caller's wait is interruptible and a stop's handler
+    // gives the answer back; through the pool (the kept connection busy) the statement runs in a fiber of its own.
+    // The statement always runs to its end.
     const allStoppable = <A>(
       text: string,
       params: ReadonlyArray<Param>,
