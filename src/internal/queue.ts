@@ -228,8 +228,8 @@ export const makeQueue = <A>(
    * attempt spent, until their lease lapsed (dead, unrun, on their last).
    * Not a stoppable claim (stoppableClaim.ts), unlike a take's: these calls
    * do not wait for work (as a fiber per claim, a stop cost PostgreSQL's
-   * claim + ack ~8%, docs/performance-pg.md); one whose statement waits on another session's lock
-   * ends when that statement does.
+   * claim + ack ~8%, docs/performance-pg.md); one whose statement waits on
+   * another session's lock ends when that statement does.
    * (`FiberRef.getAndSet`/`set` and a look at the fiber's interruptors, not
    * `Effect.locally` and `onInterrupt`: those cost a claim ~10 µs in a fresh
    * process.)

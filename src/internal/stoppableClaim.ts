@@ -67,26 +67,6 @@ export const runApart = <A, E>(
   })
 
 /**
- * After a stop: `late` (the statement's outcome, then the give-back of what
- * it claimed) goes to the background; the stopped caller waits for it up to
- * `answerWaitMillis` (real time) and leaves it there when the statement is stuck.
- */
-const leaveInBackground = (
-  inBackground: (effect: Effect.Effect<void>) => Effect.Effect<Fiber.Fiber<void>>,
-  late: Effect.Effect<void>
-) =>
-  Effect.flatMap(inBackground(late), (givingBack) =>
-    Effect.interruptible(Fiber.await(givingBack)).pipe(
-      Effect.timeout(Duration.millis(answerWaitMillis)),
-      Effect.withClock(realClock),
-      Effect.ignore
-    ))
-
-/** The give-back of a success, once known; nothing for a failure. */
-const givingBackOf = <A, E>(outcome: Effect.Effect<Exit.Exit<A, E>>, giveBack: (a: A) => Effect.Effect<void>) =>
-  Effect.flatMap(outcome, (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))
-
-/**
  * What a stopped caller does with its statement's answer (`answer`: its
  * outcome, come already or still to come): the give-back of what it claimed
  * goes to the background, and the caller waits for it up to
@@ -96,7 +76,16 @@ export const giveBackAfterStop = <A, E>(
   stop: StatementStop,
   answer: Effect.Effect<Exit.Exit<A, E>>,
   giveBack: (a: A) => Effect.Effect<void>
-): Effect.Effect<void> => leaveInBackground(stop.inBackground, givingBackOf(answer, giveBack))
+): Effect.Effect<void> =>
+  Effect.flatMap(
+    stop.inBackground(Effect.flatMap(answer, (exit) => (Exit.isSuccess(exit) ? giveBack(exit.value) : Effect.void))),
+    (givingBack) =>
+      Effect.interruptible(Fiber.await(givingBack)).pipe(
+        Effect.timeout(Duration.millis(answerWaitMillis)),
+        Effect.withClock(realClock),
+        Effect.ignore
+      )
+  )
 
 /**
  * `effect` (statements that can wait on the server) stoppable where
@@ -116,5 +105,5 @@ export const stoppableApart = <A, E>(
     // The fork and the stop's handler in one step; the fiber's own statements are not stopped again (nobody
     // interrupts it).
     return Effect.uninterruptible(runApart(Effect.locally(effect, statementStop, undefined), stop.restore, (apart) =>
-      leaveInBackground(stop.inBackground, givingBackOf(Fiber.await(apart), giveBack))))
+      giveBackAfterStop(stop, Fiber.await(apart), giveBack)))
   })
